@@ -1,0 +1,78 @@
+"""Training steps/s of `zoo fit -c conf/ra-sae.yaml` (Lightning) against a plain PyTorch loop, same module and data.
+
+    python tests/benchmarks/bench_fit_speed.py [--repeats 5] [--epochs 10]
+
+Both loops use the conf's DataModule and RASAE (candidates set the same way), Adam, grad-norm clip 1.0, and time
+only the training steps (Lightning: from on_train_start to on_train_end; validation disabled; the
+conf's logger and Rich progress bar kept). Prints the median steps/s of each and their ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from lightning import Callback
+
+from zoo import hub
+from zoo.lightning_cli import ZooCLI
+from zoo.registry import conf_path
+
+
+class _Timer(Callback):
+    def on_train_start(self, trainer, pl_module) -> None:  # noqa: ANN001
+        self.start = time.perf_counter()
+
+    def on_train_end(self, trainer, pl_module) -> None:  # noqa: ANN001
+        self.seconds = time.perf_counter() - self.start
+        self.steps = trainer.global_step
+
+
+def lightning_steps_per_second(epochs: int) -> float:
+    timer = _Timer()
+    cli = ZooCLI(args=["-c", str(conf_path("ra-sae")), "--trainer.max_epochs", str(epochs),
+                       "--trainer.limit_val_batches", "0"], run=False)
+    cli.trainer.callbacks.append(timer)
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    return timer.steps / timer.seconds
+
+
+def plain_steps_per_second(epochs: int) -> float:
+    model = hub.create("ra-sae")
+    dm = hub.datamodule("ra-sae")
+    dm.setup("fit")
+    model.set_candidates(dm.candidate_points(model.hparams.num_candidates, seed=model.hparams.candidates_seed))
+    sae = model.sae.train()
+    opt = torch.optim.Adam(sae.parameters(), lr=model.hparams.lr)
+    loader = dm.train_dataloader()
+    steps, start = 0, time.perf_counter()
+    for _ in range(epochs):
+        for x in loader:
+            loss = model._loss(x)[0]
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(sae.parameters(), 1.0)
+            opt.step()
+            steps += 1
+    return steps / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--epochs", type=int, default=10)
+    args = parser.parse_args()
+    lightning, plain = [], []
+    for _ in range(args.repeats):
+        plain.append(plain_steps_per_second(args.epochs))
+        lightning.append(lightning_steps_per_second(args.epochs))
+    pl_med, plain_med = statistics.median(lightning), statistics.median(plain)
+    print(f"plain loop: {[round(v) for v in plain]} steps/s, median {plain_med:.0f}")
+    print(f"zoo fit   : {[round(v) for v in lightning]} steps/s, median {pl_med:.0f}")
+    print(f"ratio zoo fit / plain = {pl_med / plain_med:.2f}")
+
+
+if __name__ == "__main__":
+    main()

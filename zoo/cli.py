@@ -1,0 +1,105 @@
+"""The ``zoo`` command.
+
+``zoo fit|validate|test|predict`` are Lightning's ``LightningCLI`` (subclass mode for model and data, configs
+from ``conf/``, every init argument overridable, ``--pretrained NAME_OR_DIR`` to start from hub weights).
+``zoo list``, ``zoo info NAME``, ``zoo reproduce NAME`` and ``zoo publish NAME`` are the zoo's own.
+
+``zoo list`` and ``zoo info`` import no torch, so they answer at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+__all__ = ["main"]
+
+_LIGHTNING = ("fit", "validate", "test", "predict")
+_OWN = ("list", "info", "reproduce", "publish")
+
+
+def _lightning_cli(argv: list[str]) -> None:
+    from zoo.lightning_cli import ZooCLI
+
+    ZooCLI(args=argv)
+
+
+def _cmd_list(args: argparse.Namespace) -> None:
+    from zoo.registry import get_entry, list_models
+
+    names = list_models(args.pattern)
+    width = max((len(n) for n in names), default=4)
+    for name in names:
+        print(f"{name:<{width}}  {get_entry(name).summary}")
+
+
+def _cmd_info(args: argparse.Namespace) -> None:
+    from zoo import hub
+    from zoo.registry import get_entry
+
+    entry = get_entry(args.name)
+    print(f"{entry.name}: {entry.summary}\npaper: {entry.paper.title} ({entry.paper.venue}); code: {entry.paper.code}")
+    print(f"module: {entry.module}\ndata: {entry.datamodule}\nconf: conf/{entry.conf}\n")
+    try:
+        print(hub.card(args.name, hub=args.hub))
+    except FileNotFoundError as err:
+        print(f"(no published weights: {err})")
+
+
+def _cmd_reproduce(args: argparse.Namespace) -> None:
+    from zoo.registry import get_entry, import_object
+
+    entry = get_entry(args.name)
+    if entry.reproduce is None:
+        raise SystemExit(f"'{args.name}' has no reproduction.")
+    import_object(entry.reproduce)(quick=args.quick, out=Path(args.out) if args.out else None)
+
+
+def _cmd_publish(args: argparse.Namespace) -> None:
+    from zoo.publish import publish
+
+    publish(args.name, dest=Path(args.dest) if args.dest else None, max_epochs=args.max_epochs)
+
+
+def _own_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="zoo", description="A PyTorch Lightning model zoo of ICML 2025 papers.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("list", help="list the entries")
+    p.add_argument("pattern", nargs="?", default=None, help="shell-style wildcard, e.g. '*sae'")
+    p.set_defaults(func=_cmd_list)
+    p = sub.add_parser("info", help="print an entry's model card")
+    p.add_argument("name")
+    p.add_argument("--hub", default=None, help="hub location to search first")
+    p.set_defaults(func=_cmd_info)
+    p = sub.add_parser("reproduce", help="run the paper's small-scale claim against its baseline")
+    p.add_argument("name")
+    p.add_argument("--quick", action="store_true", help="about a minute instead of the full run")
+    p.add_argument("--out", default=None, help="folder for the JSON results and the PNG plot")
+    p.set_defaults(func=_cmd_reproduce)
+    p = sub.add_parser("publish", help="train with conf/NAME.yaml, test, and write the hub entry with its card")
+    p.add_argument("name")
+    p.add_argument("--dest", default=None, help="entry folder (default: the bundled zoo/pretrained/NAME)")
+    p.add_argument("--max-epochs", type=int, default=None, help="override the conf's trainer.max_epochs")
+    p.set_defaults(func=_cmd_publish)
+    for name in _LIGHTNING:
+        sub.add_parser(name, help=f"Lightning CLI `{name}` (see `zoo {name} --help`)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in _LIGHTNING:
+        _lightning_cli(argv)
+        return
+    args = _own_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (KeyError, FileNotFoundError, ValueError) as err:
+        message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
+        raise SystemExit(f"zoo {args.command}: {message}") from None
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,83 @@
+"""``ZooCLI``: Lightning's ``LightningCLI`` with the zoo's defaults (subclass mode, ``--pretrained``, Rich bar)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning import LightningDataModule, Trainer
+from lightning.pytorch.callbacks import ProgressBar, RichProgressBar
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+from zoo.module import ZooModule
+
+__all__ = ["ZooCLI"]
+
+
+class ZooCLI(LightningCLI):
+    """``LightningCLI`` over every ``ZooModule`` and ``LightningDataModule`` (subclass mode).
+
+    Adds ``--pretrained NAME_OR_DIR``: after the classes are built, the hub entry's verified safetensors weights are
+    loaded into the model (strict), so ``fit`` fine-tunes with a fresh optimiser and ``test`` evaluates them. A
+    Rich progress bar is added unless the config has a progress bar or disables it.
+
+    Example:
+        >>> cli = ZooCLI(args=["-c", "conf/ra-sae.yaml", "--trainer.max_epochs", "1"], run=False)  # doctest: +SKIP
+    """
+
+    def __init__(self, args: list[str] | None = None, run: bool = True, **kwargs: Any) -> None:
+        self._pretrained_folder = None
+        super().__init__(
+            ZooModule,
+            LightningDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            save_config_kwargs={"overwrite": True},
+            auto_configure_optimizers=False,
+            args=args,
+            run=run,
+            **kwargs,
+        )
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.add_argument(
+            "--pretrained", type=str | None, default=None,
+            help="Start from hub weights: an entry name (`zoo list`) or an entry folder. The optimiser starts fresh "
+                 "(fine-tuning). The model's init args must match the entry's config.json.",
+        )
+
+    def before_instantiate_classes(self) -> None:
+        # Fail early, before any data is built, on a pretrained name that does not exist.
+        pretrained = self._get(self.config, "pretrained")
+        if pretrained:
+            from zoo import hub
+
+            self._pretrained_folder = hub.find(pretrained)
+
+    def instantiate_classes(self) -> None:
+        super().instantiate_classes()
+        if self._pretrained_folder is not None:
+            from zoo import hub
+
+            hub.verify_checksums(self._pretrained_folder, hub.read_config(self._pretrained_folder))
+            hub.load_weights(self.model, self._pretrained_folder)
+            print(f"Starting from hub weights {self._pretrained_folder}")
+
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        config = self._get(self.config_init, "trainer", default={})
+        callbacks = config.get("callbacks") or []
+        wants_bar = config.get("enable_progress_bar") is not False
+        if wants_bar and not any(isinstance(c, ProgressBar) for c in callbacks):
+            self.trainer_defaults["callbacks"] = [RichProgressBar()]
+        return super().instantiate_trainer(**kwargs)
+
+    def after_fit(self) -> None:
+        trainer = self.trainer
+        if not trainer.is_global_zero:
+            return
+        print(f"\nTraining done. Logs: {trainer.log_dir}")
+        ckpt = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+        if ckpt:
+            print(f"Checkpoint: {ckpt}\n  resume: add --ckpt_path {ckpt}; evaluate: zoo test -c <conf> --ckpt_path {ckpt}")
+        metrics = {k: round(float(v), 4) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+        if metrics:
+            print(f"Validation metrics: {metrics}")

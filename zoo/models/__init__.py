@@ -1,0 +1,1 @@
+"""One sub-package per paper. Each is imported only when its entry is used."""

@@ -1,0 +1,138 @@
+"""``RASAE``: the Lightning glue around the sparse autoencoder (RA-SAE, A-SAE and the TopK baseline)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+from torchmetrics import MeanMetric
+
+from zoo.metrics import DeadAtomFraction, ReconstructionR2
+from zoo.models.ra_sae.sae import DictionaryKind, SparseAutoencoder, sae_loss
+from zoo.module import ZooModule
+
+__all__ = ["RASAE"]
+
+
+class RASAE(ZooModule):
+    """Archetypal sparse autoencoder (Fel et al., ICML 2025) and its TopK baseline, as one LightningModule.
+
+    ``dictionary="ra"`` is RA-SAE: D = (W C + Λ)·e^m with W row-stochastic and ‖Λ_i‖ ≤ δ; ``"a"`` is A-SAE
+    (δ = 0, atoms in conv(C)); ``"free"`` is the TopK SAE with unit-norm atoms. C holds ``num_candidates``
+    k-means centroids of the training split, computed once when training starts from scratch
+    (``trainer.datamodule.candidate_points``) and stored as a buffer, so hub weights load without data.
+
+    Args:
+        dim: activation width d.
+        num_atoms: concepts k.
+        top_k: non-zero codes per sample s.
+        dictionary: ``"ra"``, ``"a"`` or ``"free"``.
+        delta: RA radius δ in activation units (official default 1.0).
+        use_multiplier: train the scalar e^m of the archetypal dictionaries (official default).
+        num_candidates: n', number of candidate points C.
+        init: ``"tied"`` (encoder starts at the initial dictionary, the card's pilot) or ``"official"``.
+        free_init: start a free dictionary at ``"xavier"`` (official) or at the normalised k-means
+            ``"candidates"`` (the critique's control).
+        candidates_seed: k-means seed for C (``None``: the datamodule's ``subset_seed``).
+        aux_k_penalty: weight of the TopK auxiliary loss (0 = off; official value when used: 0.1).
+        lr: Adam learning rate.
+
+    Example:
+        >>> model = RASAE(dim=8, num_atoms=16, top_k=2, num_candidates=16)
+        >>> model.set_candidates(torch.randn(16, 8))
+        >>> model(torch.randn(4, 8)).shape
+        torch.Size([4, 16])
+    """
+
+    def __init__(self, dim: int = 32, num_atoms: int = 64, top_k: int = 3, dictionary: DictionaryKind = "ra",
+                 delta: float = 1.0, use_multiplier: bool = True, num_candidates: int = 64,
+                 init: Literal["tied", "official"] = "tied", free_init: Literal["xavier", "candidates"] = "xavier",
+                 candidates_seed: int | None = None, aux_k_penalty: float = 0.0, lr: float = 1e-3) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.sae = SparseAutoencoder(dim, num_atoms, top_k, dictionary, delta, use_multiplier, num_candidates, init)
+        # Saved with the weights: a loaded or fine-tuned model never recomputes its candidate points.
+        self.register_buffer("candidates_ready", torch.tensor(False))
+        self.metrics = nn.ModuleDict({
+            stage: nn.ModuleDict({"r2": ReconstructionR2(), "l0": MeanMetric(), "dead_fraction": DeadAtomFraction(
+                num_atoms)}) for stage in ("val", "test")
+        })
+
+    # --------------------------------------------------------------------------------------------- the maths
+    @property
+    def dictionary(self) -> Tensor:
+        """The current dictionary D ``(num_atoms, dim)``, detached (the interface of ``SAEStability``)."""
+        with torch.no_grad():
+            return self.sae.dictionary.get_dictionary().detach()
+
+    def set_candidates(self, candidates: Tensor) -> None:
+        """Fill C (and, for ``free_init="candidates"``, start the free atoms there); marks the model ready."""
+        self.sae.set_candidates(candidates.to(self.device), free_init=self.hparams.free_init == "candidates")
+        self.candidates_ready.fill_(True)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Concept activations (codes) ``(N, num_atoms)`` of activations ``x`` ``(N, dim)``."""
+        return self.sae(x)[1]
+
+    def reconstruct(self, x: Tensor) -> Tensor:
+        """``x_hat = codes @ D`` ``(N, dim)``."""
+        return self.sae(x)[2]
+
+    # --------------------------------------------------------------------------------------------- Lightning
+    def setup(self, stage: str) -> None:
+        needs_c = self.hparams.dictionary != "free" or self.hparams.free_init == "candidates"
+        if stage == "fit" and needs_c and not bool(self.candidates_ready):
+            dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+            if dm is None or not hasattr(dm, "candidate_points"):
+                raise TypeError(
+                    "RASAE needs candidate points C to train from scratch: use a datamodule with "
+                    "`candidate_points(n, seed)` (ActivationsDataModule), or call model.set_candidates(C) first."
+                )
+            self.set_candidates(dm.candidate_points(self.hparams.num_candidates, seed=self.hparams.candidates_seed))
+
+    def _loss(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        pre, codes, x_hat = self.sae(x)
+        D = self.sae.dictionary.get_dictionary() if self.hparams.aux_k_penalty > 0 else None
+        return sae_loss(x, x_hat, pre, codes, D, self.hparams.aux_k_penalty), codes, x_hat
+
+    def training_step(self, batch: Tensor, batch_idx: int) -> Tensor:
+        # Loss only: the paper's metrics are measured on validation/test, which keeps steps as fast as a plain loop.
+        loss, _, _ = self._loss(batch)
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch))
+        return loss
+
+    def _evaluate(self, x: Tensor, stage: str) -> None:
+        loss, codes, x_hat = self._loss(x)
+        m = self.metrics[stage]
+        m["r2"].update(x_hat, x)
+        m["l0"].update((codes != 0).sum(1).float())
+        m["dead_fraction"].update(codes)
+        self.log(f"{stage}/loss", loss, batch_size=len(x))
+        for key, metric in m.items():
+            self.log(f"{stage}/{key}", metric, prog_bar=key == "r2")
+
+    def validation_step(self, batch: Tensor, batch_idx: int) -> None:
+        self._evaluate(batch, "val")
+
+    def test_step(self, batch: Tensor, batch_idx: int) -> None:
+        self._evaluate(batch, "test")
+
+    def predict_step(self, batch: Tensor, batch_idx: int) -> dict[str, Tensor]:
+        _, codes, x_hat = self.sae(batch)
+        return {"codes": codes, "x_hat": x_hat}
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+
+    # Keep saved weights feasible: the official code only projects lazily, at the next training forward.
+    def on_train_epoch_end(self) -> None:
+        self.sae.dictionary.project_()
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.sae.dictionary.project_()
+
+    def _save_pretrained(self, save_directory: Path) -> None:
+        self.sae.dictionary.project_()
+        super()._save_pretrained(save_directory)

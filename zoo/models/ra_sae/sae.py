@@ -1,0 +1,101 @@
+"""The sparse autoencoder: TopK encoder + a dictionary, its loss, and the paper's reconstruction metric."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from zoo.models.ra_sae.dictionary import FreeDictionary, RelaxedArchetypalDictionary
+from zoo.models.ra_sae.encoder import TopKEncoder
+
+__all__ = ["SparseAutoencoder", "sae_loss", "DictionaryKind"]
+
+DictionaryKind = Literal["ra", "a", "free"]
+
+
+class SparseAutoencoder(nn.Module):
+    """TopK sparse autoencoder ``x -> codes -> codes @ D`` (no decoder bias, no centring, as in the official code).
+
+    Args:
+        dim: activation width d.
+        num_atoms: number of concepts k.
+        top_k: non-zero codes per row s.
+        dictionary: ``"ra"`` (relaxed archetypal, RA-SAE), ``"a"`` (archetypal, δ = 0) or ``"free"`` (baseline).
+        delta: RA radius δ (ignored unless ``dictionary="ra"``).
+        use_multiplier: train the scalar multiplier e^m of the archetypal dictionaries.
+        num_candidates: n', the number of candidate points C (archetypal dictionaries, and the free dictionary's
+            ``init_candidates``); C is a buffer filled by ``set_candidates``.
+        init: ``"tied"`` starts the encoder at the initial dictionary (unit rows of D_init, b = 0, the card's pilot
+            choice); ``"official"`` keeps PyTorch's default Linear init.
+
+    Example:
+        >>> sae = SparseAutoencoder(dim=4, num_atoms=8, top_k=2, dictionary="ra", num_candidates=8)
+        >>> sae.set_candidates(torch.randn(8, 4))
+        >>> pre, codes, x_hat = sae(torch.randn(3, 4))
+        >>> x_hat.shape, int((codes != 0).sum(1).max()) <= 2
+        (torch.Size([3, 4]), True)
+    """
+
+    def __init__(self, dim: int, num_atoms: int, top_k: int, dictionary: DictionaryKind = "ra", delta: float = 1.0,
+                 use_multiplier: bool = True, num_candidates: int | None = None,
+                 init: Literal["tied", "official"] = "tied") -> None:
+        super().__init__()
+        if dictionary not in ("ra", "a", "free"):
+            raise ValueError(f"Expected dictionary to be 'ra', 'a' or 'free', got {dictionary!r}.")
+        self.dim, self.num_atoms, self.kind, self.init = dim, num_atoms, dictionary, init
+        self.encoder = TopKEncoder(dim, num_atoms, top_k)
+        n_cand = num_candidates or num_atoms
+        if dictionary == "free":
+            self.dictionary: FreeDictionary | RelaxedArchetypalDictionary = FreeDictionary(num_atoms, dim)
+        else:
+            self.dictionary = RelaxedArchetypalDictionary(
+                num_atoms, torch.zeros(n_cand, dim), delta=delta if dictionary == "ra" else 0.0,
+                use_multiplier=use_multiplier)
+        if init == "tied":
+            self.encoder.tie_to(self.dictionary.get_dictionary().detach())
+
+    @torch.no_grad()
+    def set_candidates(self, candidates: Tensor, free_init: bool = False) -> None:
+        """Fill C of an archetypal dictionary; with ``free_init`` start a free dictionary at ``candidates``.
+
+        A free dictionary started at the normalised k-means centroids is the critique's control arm. With
+        ``init="tied"`` the encoder is re-tied to the new initial dictionary.
+        """
+        if isinstance(self.dictionary, RelaxedArchetypalDictionary):
+            self.dictionary.set_candidates(candidates)
+        elif free_init:
+            self.dictionary.reset_from(candidates[: self.num_atoms])
+        else:
+            return
+        if self.init == "tied":
+            self.encoder.tie_to(self.dictionary.get_dictionary().detach())
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Return ``(pre_codes, codes, x_hat)`` for activations ``x`` ``(N, dim)``."""
+        if x.ndim != 2 or x.shape[1] != self.dim:
+            raise ValueError(
+                f"{type(self).__name__} expects activations of shape (N, {self.dim}), got {tuple(x.shape)}. "
+                "Set model.dim to the data width (data.dim)."
+            )
+        pre, codes = self.encoder(x)
+        return pre, codes, self.dictionary(codes)
+
+
+def sae_loss(x: Tensor, x_hat: Tensor, pre_codes: Tensor, codes: Tensor, dictionary: Tensor,
+             aux_k_penalty: float = 0.0) -> Tensor:
+    """MSE reconstruction loss, plus the optional TopK auxiliary loss (official ``top_k_auxiliary_loss``).
+
+    AuxK: the ``k // 2`` largest ReLU pre-codes that TopK did *not* keep reconstruct the residual ``x - x_hat``;
+    its MSE is added with weight ``aux_k_penalty`` (official 0.1 when used; off by default).
+    """
+    residual = x - x_hat
+    loss = residual.square().mean()
+    if aux_k_penalty > 0:
+        left = torch.relu(pre_codes) - codes
+        values, index = left.topk(left.shape[1] // 2, dim=1)
+        aux_codes = torch.zeros_like(left).scatter(1, index, values)
+        loss = loss + aux_k_penalty * F.mse_loss(aux_codes @ dictionary, residual)
+    return loss

@@ -1,0 +1,163 @@
+"""The zoo's entries: one record per loadable name, strings only.
+
+Nothing here imports torch, so ``import zoo`` and ``zoo list`` stay fast. Class paths are imported only
+when an entry is created, loaded or trained.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Entry", "Paper", "ENTRIES", "get_entry", "list_models", "import_object", "conf_path", "CONF_DIR"]
+
+# conf/ sits beside the packages in the source tree (the zoo is installed editable, `pip install -e .`).
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
+@dataclass(frozen=True)
+class Paper:
+    """Where an entry comes from: title, venue and official code."""
+
+    title: str
+    venue: str = "ICML 2025"
+    code: str | None = None
+    arxiv: str | None = None
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One loadable name of the zoo.
+
+    Args:
+        name: the slug users type (``zoo.load("ra-sae")``).
+        module: dotted path of the LightningModule class.
+        datamodule: dotted path of the paired LightningDataModule class.
+        conf: file name under ``conf/`` that trains this entry (its ``model.init_args`` make the variant).
+        paper: the paper the entry implements.
+        summary: one line for ``zoo list``.
+        reproduce: dotted path of the ``run(quick, out)`` function behind ``zoo reproduce``, if any.
+        tags: free-form labels for filtering.
+    """
+
+    name: str
+    module: str
+    datamodule: str
+    conf: str
+    paper: Paper
+    summary: str
+    reproduce: str | None = None
+    tags: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def slug_package(self) -> str:
+        return self.name.replace("-", "_")
+
+
+_ARCHETYPAL_SAE = Paper(
+    "Archetypal SAE: Adaptive and Stable Dictionary Learning for Concept Extraction in Large Vision Models",
+    code="https://github.com/KempnerInstitute/overcomplete",
+    arxiv="2502.12892",
+)
+
+# Sorted by name. A variant is another Entry with the same class and another conf.
+ENTRIES: tuple[Entry, ...] = (
+    Entry(
+        name="a-sae",
+        module="zoo.models.ra_sae.RASAE",
+        datamodule="datamodules.activations.ActivationsDataModule",
+        conf="a-sae.yaml",
+        paper=_ARCHETYPAL_SAE,
+        summary="Archetypal SAE: TopK SAE whose atoms are convex combinations of k-means candidate points.",
+        reproduce="zoo.models.ra_sae.reproduce.run",
+        tags=("sae", "interpretability"),
+    ),
+    Entry(
+        name="ra-sae",
+        module="zoo.models.ra_sae.RASAE",
+        datamodule="datamodules.activations.ActivationsDataModule",
+        conf="ra-sae.yaml",
+        paper=_ARCHETYPAL_SAE,
+        summary="Relaxed archetypal SAE: atoms stay within delta of the (scaled) convex hull of the data.",
+        reproduce="zoo.models.ra_sae.reproduce.run",
+        tags=("sae", "interpretability"),
+    ),
+    Entry(
+        name="topk-sae",
+        module="zoo.models.ra_sae.RASAE",
+        datamodule="datamodules.activations.ActivationsDataModule",
+        conf="topk-sae.yaml",
+        paper=_ARCHETYPAL_SAE,
+        summary="Baseline TopK SAE with a free, row-normalised dictionary (the archetypal SAE's comparison).",
+        reproduce="zoo.models.ra_sae.reproduce.run",
+        tags=("sae", "interpretability", "baseline"),
+    ),
+)
+
+_BY_NAME = {entry.name: entry for entry in ENTRIES}
+
+
+def get_entry(name: str) -> Entry:
+    """Return the entry called ``name``.
+
+    Raises:
+        KeyError: the name is unknown; the message lists close matches.
+
+    Example:
+        >>> get_entry("ra-sae").module
+        'zoo.models.ra_sae.RASAE'
+    """
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise KeyError(_unknown_message(name)) from None
+
+
+def _unknown_message(name: str) -> str:
+    close = difflib.get_close_matches(name, list(_BY_NAME), n=3, cutoff=0.5)
+    if close:
+        quoted = [f"'{c}'" for c in close]
+        hint = " or ".join([", ".join(quoted[:-1]), quoted[-1]] if len(quoted) > 1 else quoted)
+        hint = f" Did you mean {hint}?"
+    else:
+        hint = ""
+    return f"Unknown model '{name}'.{hint} Run `zoo list` to see every entry."
+
+
+def list_models(pattern: str | None = None) -> list[str]:
+    """Names of all entries, sorted, optionally filtered by a shell-style wildcard.
+
+    Example:
+        >>> list_models("*sae")
+        ['a-sae', 'ra-sae', 'topk-sae']
+    """
+    names = sorted(_BY_NAME)
+    return [n for n in names if pattern is None or fnmatch.fnmatch(n, pattern)]
+
+
+def import_object(path: str) -> Any:
+    """Import ``package.module.Name`` and return ``Name``."""
+    module_name, _, attr = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as err:
+        raise ImportError(f"Cannot import '{path}': {err}") from err
+
+
+def conf_path(name: str) -> Path:
+    """The Lightning CLI config that trains entry ``name``.
+
+    Raises:
+        FileNotFoundError: the conf is not there (a non-editable install ships no ``conf/``).
+    """
+    path = CONF_DIR / get_entry(name).conf
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"No config at {path}. The confs live in the source tree's conf/ folder: install the zoo from a clone "
+            "with `pip install -e .`."
+        )
+    return path
