@@ -338,6 +338,9 @@ def read_cache_meta(path: str | os.PathLike) -> dict[str, Any]:
     if missing:
         raise ValueError(f"{file} lacks the keys {missing} (expected {list(_META_KEYS)}). It was not written by "
                          "build_activation_cache; build the cache again.")
+    if not isinstance(meta["shards"], list) or not all(isinstance(name, str) for name in meta["shards"]):
+        raise ValueError(f"{file} records shards={meta['shards']!r}; expected a list of file names. Build the cache "
+                         "again.")
     absent = [name for name in meta["shards"] if not (folder / name).is_file()]
     if absent:
         raise ValueError(f"{folder} lacks the shard files {absent} listed in {META}: the cache is incomplete. "

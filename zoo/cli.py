@@ -20,10 +20,10 @@ _LIGHTNING = ("fit", "validate", "test", "predict")
 _OWN = ("list", "info", "reproduce", "publish")
 
 
-def _lightning_cli(argv: list[str]) -> None:
+def _lightning_cli(argv: list[str] | None) -> None:
     from zoo.lightning_cli import ZooCLI
 
-    ZooCLI(args=argv)
+    ZooCLI(args=argv)  # None: LightningCLI reads sys.argv itself
 
 
 def _cmd_list(args: argparse.Namespace) -> None:
@@ -89,9 +89,10 @@ def _own_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    from_sys = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in _LIGHTNING:
-        _lightning_cli(argv)
+        _lightning_cli(None if from_sys else argv)
         return
     args = _own_parser().parse_args(argv)
     try:

@@ -269,4 +269,6 @@ def write_entry(model: "LightningModule", dest: str | os.PathLike, *, zoo_meta: 
             "sha256": {WEIGHTS: sha256(tmp / WEIGHTS)},
         }
         (tmp / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        for path in tmp.iterdir():
+            path.chmod(0o644)  # safetensors writes 0600; a shared hub folder must be readable by its users
     return dest

@@ -130,7 +130,8 @@ def publish(name: str, dest: str | Path | None = None, max_epochs: int | None = 
     meta = {
         "name": name,
         "module": entry.module,
-        "datamodule": {"class_path": entry.datamodule, "init_args": dict(dm.hparams)},
+        "datamodule": {"class_path": entry.datamodule,
+                       "init_args": {k: v for k, v in dm.hparams.items() if not k.startswith("_")}},
         "conf": entry.conf,
         "command": command,
         "seed": cli.config.get("seed_everything"),

@@ -2,9 +2,8 @@
 
 import functools
 import json
-from pathlib import Path
-
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -110,7 +109,7 @@ def test_build_activation_cache_turns_cnn_positions_into_tokens(image_dir: Path,
     """Check that a CNN's (B, C, H, W) feature map becomes H*W rows per image, channels last."""
     meta, acts = _load(_build(image_dir, tmp_path / "cache", backbone=CNN, shard_size=100))
     _, ref = _reference(image_dir, CNN)
-    B, C, H, W = ref.shape
+    _, C, H, W = ref.shape
     assert (meta["dim"], meta["count"]) == (C, NUM_IMAGES * H * W) == (96, NUM_IMAGES * 5 * 5)
     np.testing.assert_allclose(acts.astype(np.float32), ref.permute(0, 2, 3, 1).reshape(-1, C).numpy(),
                                rtol=2e-3, atol=2e-3)
@@ -144,8 +143,11 @@ def test_build_activation_cache_falls_back_to_open_clip_pooled_embedding(image_d
     """Check that an open_clip tower without token output (as RN50's) warns and gives one pooled row per image."""
     # A stand-in for RN50 (no `output_tokens`, pooled output only): the real one takes seconds to initialise.
     visual = torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten())  # (B, 3, H, W) -> (B, 3)
-    fake = lambda *args, **kwargs: (SimpleNamespace(visual=visual), None, ToTensor())  # noqa: E731
-    monkeypatch.setattr(open_clip, "create_model_and_transforms", fake)
+
+    def create_model_and_transforms(*args: object, **kwargs: object) -> tuple:
+        return SimpleNamespace(visual=visual), None, ToTensor()
+
+    monkeypatch.setattr(open_clip, "create_model_and_transforms", create_model_and_transforms)
     with pytest.warns(UserWarning, match="gives no tokens; caching its pooled embedding"):
         out = build_activation_cache(image_dir, tmp_path / "cache", "RN50", library="open_clip", pretrained=False)
     meta, acts = _load(out)
@@ -162,9 +164,10 @@ def test_build_activation_cache_raises_when_open_clip_gets_pretrained_true(image
 def test_build_activation_cache_raises_when_image_dir_has_no_images(tmp_path: Path, make: str) -> None:
     """Check that a missing, empty or flat image_dir raises FileNotFoundError naming the ImageFolder layout."""
     image_dir = tmp_path / "images"
-    if make != "missing":
-        (image_dir / "cats").mkdir(parents=True) if make == "empty" else image_dir.mkdir()
-    if make == "no_class_folder":
+    if make == "empty":
+        (image_dir / "cats").mkdir(parents=True)
+    elif make == "no_class_folder":
+        image_dir.mkdir()
         Image.new("RGB", (8, 8)).save(image_dir / "flat.png")
     with pytest.raises(FileNotFoundError, match=r"image_dir/<class>/<image>\.jpg.*ImageFolder"):
         build_activation_cache(image_dir, tmp_path / "cache", VIT, pretrained=False)

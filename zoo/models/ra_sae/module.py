@@ -136,3 +136,18 @@ class RASAE(ZooModule):
     def _save_pretrained(self, save_directory: Path) -> None:
         self.sae.dictionary.project_()
         super()._save_pretrained(save_directory)
+
+    @classmethod
+    def card_notes(cls) -> str:
+        """Limits written into every RA-SAE model card (``zoo publish``)."""
+        return (
+            "- Trained on the embedded synthetic sparse-concept data (d = 32), not on vision-backbone activations; "
+            "the paper's ImageNet/DINOv2 setting runs through `ActivationsDataModule(source=\"cache\")`.\n"
+            "- Stability caveat (Brzozowski & Chung, 2026, and `zoo reproduce ra-sae`): much of RA-SAE's cross-run "
+            "stability comes from starting the decoder at k-means centroids; a TopK SAE started there is nearly as "
+            "stable. Raw (uncentred) activations inflate every stability number (random data points already match "
+            "at about 0.9).\n"
+            "- The encoder starts tied to the unit-normalised initial dictionary (`init=\"tied\"`), the card's pilot "
+            "choice; the official random init killed most atoms on this data.\n"
+            "- delta is absolute (activation units): rescale it with the median activation norm on other data."
+        )

@@ -151,6 +151,11 @@ def _claims(r: dict[str, float], quick: bool) -> dict[str, float]:
         "claims/raw_k256_ra_minus_topk>=0.20": float(r["raw/k256/ra/stability"] - r["raw/k256/topk/stability"] >= 0.20),
         "claims/centred_k256_r2_ra>=0.9*topk": float(r["centred/k256/ra/r2"] >= 0.9 * r["centred/k256/topk/r2"]),
     }
+    # Review note: claim 1 alone would pass for an RA dictionary stuck at its centroids (the raw floor is ~0.9),
+    # so also require that RA-SAE atoms moved and its reconstruction improved during training.
+    for key in [k[: -len("/ra/moved")] for k in r if k.endswith("/ra/moved")]:
+        claims[f"claims/{key.replace('/', '_')}_ra_trained"] = float(
+            r[f"{key}/ra/moved"] > 1e-3 and r[f"{key}/ra/r2"] > r[f"{key}/ra/r2_first_step"] + 0.05)
     if not quick:
         claims["claims/centred_k256_ra_minus_topk>=0"] = float(
             r["centred/k256/ra/stability"] - r["centred/k256/topk/stability"] >= 0.0)

@@ -1,0 +1,121 @@
+"""Contract tests driven by the registry: every entry of ``zoo.list_models()`` gets them by registering.
+
+For each entry: it builds and runs on a batch of its own data, saves and reloads to equal outputs, its conf fits a
+few steps through the CLI, its hub entry loads offline and re-measures the card's test metrics, its notebook
+executes, and its ``reproduce --quick`` runs with every claim it checks holding.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+import torch
+from lightning import Trainer
+
+import zoo
+from zoo import hub
+from zoo.registry import get_entry, import_object
+
+ROOT = Path(__file__).resolve().parent.parent
+NAMES = zoo.list_models()
+# Same machine, same seed: metrics agree to float noise; a looser bound covers other BLAS builds.
+CARD_TOLERANCE = 2e-3
+
+
+def _package_slug(name: str) -> str:
+    return get_entry(name).module.split(".")[2].replace("_", "-")
+
+
+NOTEBOOKS = sorted({f"{_package_slug(n)}.ipynb" for n in NAMES} | {"quickstart.ipynb"})
+REPRODUCTIONS = sorted({get_entry(n).reproduce for n in NAMES if get_entry(n).reproduce})
+
+
+@lru_cache(maxsize=None)
+def _batch(name: str) -> torch.Tensor:
+    dm = zoo.datamodule(name)
+    dm.setup("fit")
+    return next(iter(dm.train_dataloader()))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_entry_creates_and_runs_on_its_data(name: str) -> None:
+    """Check that a fresh module runs forward on a batch of its paired DataModule."""
+    torch.manual_seed(0)
+    model = zoo.create(name)
+    batch = _batch(name)
+    if hasattr(model, "set_candidates"):  # archetypal dictionaries need their candidate points first
+        model.set_candidates(batch[: model.hparams.num_candidates])
+    out = model.eval()(batch)
+    assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_entry_save_and_load_give_equal_outputs(name: str, tmp_path: Path) -> None:
+    """Check that a hub entry written from a module reloads (eval mode) to identical outputs."""
+    model = zoo.load(name)
+    batch = _batch(name)
+    hub.write_entry(model, tmp_path / name, zoo_meta={"name": name}, card_text=f"# {name}\n")
+    again = zoo.load(tmp_path / name)
+    assert not again.training
+    torch.testing.assert_close(again(batch), model(batch), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_entry_conf_fits_a_few_steps(name: str, tmp_path: Path) -> None:
+    """Check that ``zoo fit -c conf/<entry>`` parses and runs a fast_dev_run."""
+    from zoo.lightning_cli import ZooCLI
+
+    cli = ZooCLI(args=["-c", str(hub.conf_path(name)), "--trainer.fast_dev_run", "2",
+                       "--trainer.default_root_dir", str(tmp_path), "--trainer.enable_progress_bar", "false"], run=False)
+    assert type(cli.model).__name__ == get_entry(name).module.rsplit(".", 1)[1]
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    assert cli.trainer.state.finished
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_entry_loads_offline_and_remeasures_card_metrics(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Check that the bundled entry loads with HF_HUB_OFFLINE=1 and its test metrics match those on its card."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("ZOO_HUB", raising=False)
+    model = zoo.load(name)
+    assert not model.training
+    config = hub.read_config(hub.find(name))
+    data = config["zoo"]["datamodule"]
+    dm = import_object(data["class_path"])(**data["init_args"])
+    trainer = Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
+    measured = trainer.test(model, datamodule=dm, verbose=False)[0]
+    recorded = config["zoo"]["metrics"]
+    assert recorded, f"{name}: the card records no test metrics"
+    for key, value in recorded.items():
+        assert measured[key] == pytest.approx(value, abs=CARD_TOLERANCE), f"{name}: {key}"
+        assert f"`{key}` | {value:.4f}" in zoo.card(name), f"{name}: the card does not show {key}"
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_notebook_executes(notebook: str) -> None:
+    """Check that the notebook runs top to bottom on a fresh kernel, offline."""
+    import nbclient
+    import nbformat
+
+    path = ROOT / "notebooks" / notebook
+    assert path.is_file(), f"missing notebook {path}"
+    nb = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                                     resources={"metadata": {"path": str(path.parent)}})
+    client.execute()
+
+
+@pytest.mark.parametrize("function", REPRODUCTIONS)
+def test_reproduce_quick_runs_and_its_claims_hold(function: str, tmp_path: Path) -> None:
+    """Check that ``zoo reproduce --quick`` runs, writes its JSON and plot, and every claim it checks holds."""
+    results = import_object(function)(quick=True, out=tmp_path)
+    written = list(tmp_path.glob("*.json"))
+    assert written and list(tmp_path.glob("*.png"))
+    assert json.loads(written[0].read_text()) == pytest.approx(results, nan_ok=True)
+    claims = {k: v for k, v in results.items() if k.startswith("claims/")}
+    assert claims, "a reproduction must check at least one claim"
+    failed = [k for k, v in claims.items() if v != 1.0]
+    assert not failed, f"claims that did not hold: {failed}"
