@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from zoo.registry import get_entry, list_models
+from zoo.registry import list_models
 
 if TYPE_CHECKING:  # pragma: no cover
     from lightning import LightningDataModule, LightningModule

@@ -50,7 +50,14 @@ def locations(hub: str | os.PathLike | None = None) -> list[str]:
     found: list[str] = []
     for source in (hub, os.environ.get("ZOO_HUB")):
         if source:
-            found += [part for part in str(source).split(os.pathsep) if part]
+            parts = str(source).split(os.pathsep)
+            # os.pathsep is ":" on POSIX, which also splits "hf:ORG": glue the namespace back on.
+            while parts:
+                part = parts.pop(0)
+                if part == "hf" and parts:
+                    part = f"hf:{parts.pop(0)}"
+                if part:
+                    found.append(part)
     return found + [str(BUNDLED)]
 
 

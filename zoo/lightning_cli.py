@@ -72,9 +72,10 @@ class ZooCLI(LightningCLI):
 
     def after_fit(self) -> None:
         trainer = self.trainer
+        log_dir = trainer.log_dir  # a collective call under DDP: every rank must make it
         if not trainer.is_global_zero:
             return
-        print(f"\nTraining done. Logs: {trainer.log_dir}")
+        print(f"\nTraining done. Logs: {log_dir}")
         ckpt = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
         if ckpt:
             print(f"Checkpoint: {ckpt}\n  resume: add --ckpt_path {ckpt}; evaluate: zoo test -c <conf> --ckpt_path {ckpt}")

@@ -51,11 +51,12 @@ class ZooModule(LightningModule, PyTorchModelHubMixin, library_name="zoo", tags=
         hub.load_weights(model, folder, map_location=map_location, strict=strict)
         return model.eval()
 
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        # The loss is already read back for the progress bar each step, so this check adds no extra host sync.
-        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
-        if isinstance(loss, torch.Tensor) and not math.isfinite(float(loss.detach())):
+    def on_before_backward(self, loss: torch.Tensor) -> None:
+        # Checked before backward, so NaN gradients never reach the weights. The loss is read back for the
+        # progress bar every step anyway, so this adds no host sync that was not already there.
+        value = float(loss.detach())
+        if not math.isfinite(value):
             raise FloatingPointError(
-                f"Loss became {float(loss)} at step {self.global_step} (epoch {self.current_epoch}). "
+                f"Loss became {value} at step {self.global_step} (epoch {self.current_epoch}). "
                 "Lower model.lr or set --trainer.gradient_clip_val."
             )

@@ -51,7 +51,7 @@ def render_card(name: str, model: Any, datamodule: Any, metrics: dict[str, float
     data = describe() if callable(describe) else type(datamodule).__name__
     rows = "\n".join(f"| `{k}` | {v:.4f} |" for k, v in sorted(metrics.items()))
     versions = ", ".join(f"{k} {v}" for k, v in library_versions().items())
-    hp = "\n".join(f"- `{k}`: `{v}`" for k, v in model.hparams.items())
+    hp = "\n".join(f"  - `{k}`: `{v}`" for k, v in model.hparams.items() if not k.startswith("_"))
     notes = model.card_notes() if hasattr(model, "card_notes") else ""
     code = f" Official code: {entry.paper.code}." if entry.paper.code else ""
     arxiv = f" arXiv {entry.paper.arxiv}." if entry.paper.arxiv else ""
@@ -126,6 +126,8 @@ def publish(name: str, dest: str | Path | None = None, max_epochs: int | None = 
     metrics = {k: float(v) for k, v in results[0].items() if k.startswith("test/")}
     model = cli.model.cpu().eval()
     command = "zoo publish " + shlex.join([name] + (["--max-epochs", str(max_epochs)] if max_epochs else []))
+    if extra_args:
+        command += "  # plus Lightning CLI arguments: " + shlex.join(extra_args)
     dm = cli.datamodule
     meta = {
         "name": name,

@@ -109,7 +109,7 @@ class RASAE(ZooModule):
         m["r2"].update(x_hat, x)
         m["l0"].update((codes != 0).sum(1).float())
         m["dead_fraction"].update(codes)
-        self.log(f"{stage}/loss", loss, batch_size=len(x))
+        self.log(f"{stage}/loss", loss, batch_size=len(x), sync_dist=True)
         for key, metric in m.items():
             self.log(f"{stage}/{key}", metric, prog_bar=key == "r2")
 
