@@ -33,8 +33,10 @@ def _load_reference(path: Path) -> Tensor:
 
         tensors = load_file(str(path))
         if "dictionary" not in tensors:
-            raise ValueError(f"{path} has no tensor named 'dictionary' (it holds {sorted(tensors)}). "
-                             "Save the reference as safetensors.torch.save_file({'dictionary': D}, path).")
+            raise ValueError(
+                f"{path} has no tensor named 'dictionary' (it holds {sorted(tensors)}). "
+                "Save the reference as safetensors.torch.save_file({'dictionary': D}, path)."
+            )
         ref = tensors["dictionary"]
     else:
         ref = torch.from_numpy(np.load(path, allow_pickle=False))  # never unpickle a user file
@@ -93,14 +95,21 @@ class SAEStability(Callback):
         "SAEStability{'reference': None}"
     """
 
-    def __init__(self, reference: str | None = None, every_n_epochs: int = 1, floor_points: bool = True,
-                 max_atoms: int = 4096, seed: int = 0) -> None:
+    def __init__(
+        self,
+        reference: str | None = None,
+        every_n_epochs: int = 1,
+        floor_points: bool = True,
+        max_atoms: int = 4096,
+        seed: int = 0,
+    ) -> None:
         if reference is not None:
             if not isinstance(reference, (str, os.PathLike)):
                 raise TypeError(f"Expected argument `reference` to be a path or None but got {reference!r}.")
             if Path(reference).suffix not in _SUFFIXES:
-                raise ValueError(f"Expected argument `reference` to be a .safetensors or .npy file but got "
-                                 f"{os.fspath(reference)!r}.")
+                raise ValueError(
+                    f"Expected argument `reference` to be a .safetensors or .npy file but got {os.fspath(reference)!r}."
+                )
         for name, value in (("every_n_epochs", every_n_epochs), ("max_atoms", max_atoms)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"Expected argument `{name}` to be a positive int but got {value!r}.")
@@ -141,8 +150,15 @@ class SAEStability(Callback):
                 )
             self._reference = ref
 
-    def on_validation_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
-                                batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_validation_batch_end(
+        self,
+        trainer: Trainer,
+        pl_module: LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
         if not self.floor_points or self._num_rows >= self._rows_needed:
             return
         x = batch[0] if isinstance(batch, (tuple, list)) and len(batch) > 0 else batch
@@ -178,8 +194,10 @@ class SAEStability(Callback):
         D = getattr(pl_module, "dictionary", None)
         if not isinstance(D, Tensor) or D.ndim != 2:
             got = f"a tensor of shape {tuple(D.shape)}" if isinstance(D, Tensor) else type(D).__name__
-            raise TypeError(f"SAEStability needs `{type(pl_module).__name__}.dictionary` as a (num_atoms, dim) "
-                            f"tensor, got {got}. Add that property, or remove the callback.")
+            raise TypeError(
+                f"SAEStability needs `{type(pl_module).__name__}.dictionary` as a (num_atoms, dim) "
+                f"tensor, got {got}. Add that property, or remove the callback."
+            )
         return D
 
     def _subsample(self, D: Tensor) -> Tensor:

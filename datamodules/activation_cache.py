@@ -48,23 +48,42 @@ __all__ = ["build_activation_cache", "read_cache_meta"]
 META = "meta.json"
 SHARD = "acts_{:05d}.npy"
 _META_KEYS = ("backbone", "library", "pretrained", "tokens", "dim", "count", "dtype", "shards", "images")
-_LAYOUT = ("image_dir/<class>/<image>.jpg (the torchvision ImageFolder layout: one sub-folder per class, "
-           "images inside; a single class folder is enough)")
+_LAYOUT = (
+    "image_dir/<class>/<image>.jpg (the torchvision ImageFolder layout: one sub-folder per class, "
+    "images inside; a single class folder is enough)"
+)
 
 
-def _check_arguments(library: str, pretrained: bool | str, tokens: str, batch_size: int, shard_size: int,
-                     max_images: int | None, num_workers: int) -> None:
+def _check_arguments(
+    library: str,
+    pretrained: bool | str,
+    tokens: str,
+    batch_size: int,
+    shard_size: int,
+    max_images: int | None,
+    num_workers: int,
+) -> None:
     if library not in ("timm", "open_clip"):
-        raise ValueError(f"Unknown library {library!r}: expected 'timm' or 'open_clip'. Use 'open_clip' for CLIP "
-                         "names such as 'ViT-B-32', 'timm' for timm names such as 'vit_small_patch16_224'.")
+        raise ValueError(
+            f"Unknown library {library!r}: expected 'timm' or 'open_clip'. Use 'open_clip' for CLIP "
+            "names such as 'ViT-B-32', 'timm' for timm names such as 'vit_small_patch16_224'."
+        )
     if tokens not in ("all", "cls", "mean"):
-        raise ValueError(f"Unknown tokens policy {tokens!r}: expected 'all' (every token), 'cls' (the class token) "
-                         "or 'mean' (the mean patch token).")
+        raise ValueError(
+            f"Unknown tokens policy {tokens!r}: expected 'all' (every token), 'cls' (the class token) "
+            "or 'mean' (the mean patch token)."
+        )
     if library == "timm" and not isinstance(pretrained, bool):
-        raise TypeError(f"timm takes pretrained=True or False, got {pretrained!r}. Put a weight tag in the name "
-                        "instead, e.g. backbone='vit_small_patch16_224.augreg_in21k'.")
-    for name, value, low in (("batch_size", batch_size, 1), ("shard_size", shard_size, 1),
-                             ("max_images", max_images, 1), ("num_workers", num_workers, 0)):
+        raise TypeError(
+            f"timm takes pretrained=True or False, got {pretrained!r}. Put a weight tag in the name "
+            "instead, e.g. backbone='vit_small_patch16_224.augreg_in21k'."
+        )
+    for name, value, low in (
+        ("batch_size", batch_size, 1),
+        ("shard_size", shard_size, 1),
+        ("max_images", max_images, 1),
+        ("num_workers", num_workers, 0),
+    ):
         if value is not None and value < low:
             raise ValueError(f"{name} must be at least {low}, got {value}.")
 
@@ -72,8 +91,10 @@ def _check_arguments(library: str, pretrained: bool | str, tokens: str, batch_si
 def _image_folder(image_dir: Path) -> ImageFolder:
     # Checked before torchvision is imported, so a wrong path fails at once.
     if not image_dir.is_dir():
-        raise FileNotFoundError(f"No image folder at {image_dir}. build_activation_cache expects {_LAYOUT}. Point "
-                                "image_dir at the folder that holds the class sub-folders.")
+        raise FileNotFoundError(
+            f"No image folder at {image_dir}. build_activation_cache expects {_LAYOUT}. Point "
+            "image_dir at the folder that holds the class sub-folders."
+        )
     from torchvision.datasets import ImageFolder
 
     try:
@@ -90,8 +111,10 @@ def _image_folder(image_dir: Path) -> ImageFolder:
 def _check_out_dir(out_dir: Path) -> None:
     # staging() replaces whatever sits at out_dir; only ever replace an older cache, never unrelated files.
     if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / META).is_file():
-        raise FileExistsError(f"{out_dir} holds files but no {META}, so it is not an activation cache; refusing to "
-                              "replace it. Pick another out_dir, or empty that folder.")
+        raise FileExistsError(
+            f"{out_dir} holds files but no {META}, so it is not an activation cache; refusing to "
+            "replace it. Pick another out_dir, or empty that folder."
+        )
     if out_dir.exists() and not out_dir.is_dir():
         raise FileExistsError(f"{out_dir} is a file; out_dir must be a folder to create. Pick another out_dir.")
 
@@ -106,8 +129,10 @@ def _timm_backbone(backbone: str, pretrained: bool, tokens: str) -> tuple[nn.Mod
     import timm.data
 
     if not timm.is_model(backbone):
-        raise ValueError(f"Unknown timm model {backbone!r}.{_did_you_mean(backbone, timm.list_models())} Search "
-                         "with timm.list_models('*vit*'), or pass library='open_clip' for an open_clip name.")
+        raise ValueError(
+            f"Unknown timm model {backbone!r}.{_did_you_mean(backbone, timm.list_models())} Search "
+            "with timm.list_models('*vit*'), or pass library='open_clip' for an open_clip name."
+        )
     model = timm.create_model(backbone, pretrained=pretrained, num_classes=0)
     no_class_token = getattr(model, "has_class_token", True) is False or not getattr(model, "num_prefix_tokens", 0)
     if tokens == "cls" and no_class_token:  # CNNs, Mixers, "gap" ViTs: the first token would be a patch
@@ -126,8 +151,10 @@ def _timm_tokens(model: nn.Module, x: Tensor, tokens: str) -> Tensor:
     elif feats.ndim == 3:
         prefix = getattr(model, "num_prefix_tokens", 0) or 0
     else:
-        raise ValueError(f"{type(model).__name__}.forward_features returned shape {tuple(feats.shape)}; expected "
-                         "(B, N, C) tokens or a (B, C, H, W) feature map. This backbone cannot be cached.")
+        raise ValueError(
+            f"{type(model).__name__}.forward_features returned shape {tuple(feats.shape)}; expected "
+            "(B, N, C) tokens or a (B, C, H, W) feature map. This backbone cannot be cached."
+        )
     return _select(feats, tokens, prefix)
 
 
@@ -144,19 +171,26 @@ def _open_clip_backbone(backbone: str, pretrained: bool | str, tokens: str) -> t
     import open_clip
 
     if ":" not in backbone and backbone not in open_clip.list_models():  # "hf-hub:org/repo" names are not listed
-        raise ValueError(f"Unknown open_clip model {backbone!r}.{_did_you_mean(backbone, open_clip.list_models())} "
-                         "See open_clip.list_models(), or pass library='timm' for a timm name.")
+        raise ValueError(
+            f"Unknown open_clip model {backbone!r}.{_did_you_mean(backbone, open_clip.list_models())} "
+            "See open_clip.list_models(), or pass library='timm' for a timm name."
+        )
     if pretrained is True:
         tags = open_clip.list_pretrained_tags_by_model(backbone) if ":" not in backbone else []
-        raise ValueError(f"open_clip needs a weight tag, got pretrained=True. Tags for {backbone}: {tags}. Pass one "
-                         "of them (e.g. pretrained='openai'), or pretrained=False for random weights.")
+        raise ValueError(
+            f"open_clip needs a weight tag, got pretrained=True. Tags for {backbone}: {tags}. Pass one "
+            "of them (e.g. pretrained='openai'), or pretrained=False for random weights."
+        )
     model, _, preprocess = open_clip.create_model_and_transforms(backbone, pretrained=pretrained or None)
     visual = model.visual  # only the image tower is needed; the text tower is freed with `model`
     if hasattr(visual, "output_tokens"):
         visual.output_tokens = True
     elif tokens != "cls":
-        warnings.warn(f"The visual tower of {backbone} ({type(visual).__name__}) gives no tokens; caching its pooled "
-                      f"embedding, one row per image, instead of tokens={tokens!r}.", stacklevel=3)
+        warnings.warn(
+            f"The visual tower of {backbone} ({type(visual).__name__}) gives no tokens; caching its pooled "
+            f"embedding, one row per image, instead of tokens={tokens!r}.",
+            stacklevel=3,
+        )
     return visual, preprocess
 
 
@@ -289,8 +323,17 @@ def build_activation_cache(
             dim = acts.shape[-1]
             writer.add(acts.reshape(-1, dim).float().cpu().numpy())
         writer.close()
-        meta = {"backbone": backbone, "library": library, "pretrained": pretrained, "tokens": tokens, "dim": int(dim),
-                "count": writer.count, "dtype": "float16", "shards": writer.shards, "images": images}
+        meta = {
+            "backbone": backbone,
+            "library": library,
+            "pretrained": pretrained,
+            "tokens": tokens,
+            "dim": int(dim),
+            "count": writer.count,
+            "dtype": "float16",
+            "shards": writer.shards,
+            "images": images,
+        }
         (tmp / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return out
 
@@ -328,31 +371,40 @@ def read_cache_meta(path: str | os.PathLike) -> dict[str, Any]:
     folder = Path(path)
     file = folder / META
     if not file.is_file():
-        raise FileNotFoundError(f"No activation cache at {folder}: {META} is missing. Build one with "
-                                f"build_activation_cache(image_dir, out_dir='{folder}', backbone=...).")
+        raise FileNotFoundError(
+            f"No activation cache at {folder}: {META} is missing. Build one with "
+            f"build_activation_cache(image_dir, out_dir='{folder}', backbone=...)."
+        )
     try:
         meta = json.loads(file.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise ValueError(f"{file} is corrupt ({err}). Delete {folder} and build the cache again.") from None
     missing = [key for key in _META_KEYS if key not in meta] if isinstance(meta, dict) else list(_META_KEYS)
     if missing:
-        raise ValueError(f"{file} lacks the keys {missing} (expected {list(_META_KEYS)}). It was not written by "
-                         "build_activation_cache; build the cache again.")
+        raise ValueError(
+            f"{file} lacks the keys {missing} (expected {list(_META_KEYS)}). It was not written by "
+            "build_activation_cache; build the cache again."
+        )
     if not isinstance(meta["shards"], list) or not all(isinstance(name, str) for name in meta["shards"]):
-        raise ValueError(f"{file} records shards={meta['shards']!r}; expected a list of file names. Build the cache "
-                         "again.")
+        raise ValueError(
+            f"{file} records shards={meta['shards']!r}; expected a list of file names. Build the cache again."
+        )
     absent = [name for name in meta["shards"] if not (folder / name).is_file()]
     if absent:
-        raise ValueError(f"{folder} lacks the shard files {absent} listed in {META}: the cache is incomplete. "
-                         "Build it again.")
+        raise ValueError(
+            f"{folder} lacks the shard files {absent} listed in {META}: the cache is incomplete. Build it again."
+        )
     rows = 0
     for name in meta["shards"]:
         shard = np.load(folder / name, mmap_mode="r")
         if shard.ndim != 2 or shard.shape[1] != meta["dim"] or shard.dtype != np.dtype(meta["dtype"]):
-            raise ValueError(f"{folder / name} is {shard.dtype} of shape {shard.shape}, but {META} records "
-                             f"{meta['dtype']} rows of width {meta['dim']}. Build the cache again.")
+            raise ValueError(
+                f"{folder / name} is {shard.dtype} of shape {shard.shape}, but {META} records "
+                f"{meta['dtype']} rows of width {meta['dim']}. Build the cache again."
+            )
         rows += shard.shape[0]
     if rows != meta["count"]:
-        raise ValueError(f"The shards of {folder} hold {rows} rows, but {META} records count={meta['count']}. "
-                         "Build the cache again.")
+        raise ValueError(
+            f"The shards of {folder} hold {rows} rows, but {META} records count={meta['count']}. Build the cache again."
+        )
     return meta

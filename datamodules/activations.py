@@ -22,8 +22,15 @@ from torch.utils.data import DataLoader, Dataset
 __all__ = ["ActivationsDataModule", "ActivationArray", "make_sparse_concepts", "identity_collate"]
 
 
-def make_sparse_concepts(n: int, dim: int = 32, num_atoms: int = 256, active: int = 3, noise: float = 0.05,
-                         signed: bool = False, seed: int = 0) -> tuple[Tensor, Tensor]:
+def make_sparse_concepts(
+    n: int,
+    dim: int = 32,
+    num_atoms: int = 256,
+    active: int = 3,
+    noise: float = 0.05,
+    signed: bool = False,
+    seed: int = 0,
+) -> tuple[Tensor, Tensor]:
     """Synthetic activations built from sparse, non-negative combinations of ground-truth concepts.
 
     Ground-truth atoms D* ``(num_atoms, dim)`` are ``|N(0, I)|`` rows (Gaussian rows when ``signed``),
@@ -72,8 +79,9 @@ class ActivationArray(Dataset):
         (5, [[1.0, 1.0], [0.0, 1.0]])
     """
 
-    def __init__(self, arrays: Sequence[np.ndarray | Tensor], rows: np.ndarray | None = None,
-                 offset: Tensor | None = None) -> None:
+    def __init__(
+        self, arrays: Sequence[np.ndarray | Tensor], rows: np.ndarray | None = None, offset: Tensor | None = None
+    ) -> None:
         self.arrays = [a.numpy() if isinstance(a, Tensor) else a for a in arrays]
         dims = {a.shape[1] for a in self.arrays}
         if len(dims) != 1 or any(a.ndim != 2 for a in self.arrays):
@@ -147,11 +155,25 @@ class ActivationsDataModule(LightningDataModule):
         torch.Size([64, 32])
     """
 
-    def __init__(self, source: Literal["synthetic", "npy", "cache"] = "synthetic", data_dir: str | None = None,
-                 dim: int = 32, num_true_atoms: int = 256, active: int = 3, n_samples: int = 20000,
-                 noise: float = 0.05, signed_atoms: bool = False, center: bool = False, subset: float = 1.0,
-                 subset_seed: int = 0, val_fraction: float = 0.1, test_fraction: float = 0.1, batch_size: int = 256,
-                 num_workers: int = 0, seed: int = 0) -> None:
+    def __init__(
+        self,
+        source: Literal["synthetic", "npy", "cache"] = "synthetic",
+        data_dir: str | None = None,
+        dim: int = 32,
+        num_true_atoms: int = 256,
+        active: int = 3,
+        n_samples: int = 20000,
+        noise: float = 0.05,
+        signed_atoms: bool = False,
+        center: bool = False,
+        subset: float = 1.0,
+        subset_seed: int = 0,
+        val_fraction: float = 0.1,
+        test_fraction: float = 0.1,
+        batch_size: int = 256,
+        num_workers: int = 0,
+        seed: int = 0,
+    ) -> None:
         super().__init__()
         if source not in ("synthetic", "npy", "cache"):
             raise ValueError(f"Expected source to be 'synthetic', 'npy' or 'cache', got {source!r}.")
@@ -171,15 +193,16 @@ class ActivationsDataModule(LightningDataModule):
         """(arrays of the main pool, arrays of a given test pool or None)."""
         hp = self.hparams
         if hp.source == "synthetic":
-            x, self.true_atoms = make_sparse_concepts(hp.n_samples, hp.dim, hp.num_true_atoms, hp.active, hp.noise,
-                                                      hp.signed_atoms, hp.seed)
+            x, self.true_atoms = make_sparse_concepts(
+                hp.n_samples, hp.dim, hp.num_true_atoms, hp.active, hp.noise, hp.signed_atoms, hp.seed
+            )
             return [x.numpy()], None
         root = Path(hp.data_dir).expanduser()
         if hp.source == "npy":
             missing = [root / f for f in ("train.npy", "test.npy") if not (root / f).is_file()]
             if missing:
                 raise FileNotFoundError(
-                    f"No activation cache at {missing[0]}. ActivationsDataModule(source=\"npy\") expects data_dir to "
+                    f'No activation cache at {missing[0]}. ActivationsDataModule(source="npy") expects data_dir to '
                     f"hold train.npy and test.npy (float32, shape (n, {hp.dim})). Save them with numpy.save, or leave "
                     "source at its default for synthetic data."
                 )
@@ -196,31 +219,44 @@ class ActivationsDataModule(LightningDataModule):
         pool, test_pool = self._pools()
         width = pool[0].shape[1]
         if width != hp.dim:
-            raise ValueError(f"The activations in {hp.data_dir} have width {width}, but data.dim is {hp.dim}. "
-                             f"Set data.dim and model.dim to {width}.")
+            raise ValueError(
+                f"The activations in {hp.data_dir} have width {width}, but data.dim is {hp.dim}. "
+                f"Set data.dim and model.dim to {width}."
+            )
         full = ActivationArray(pool)
         rng = np.random.default_rng(hp.seed)
         perm = rng.permutation(len(full))
         n_val = int(round(hp.val_fraction * len(full)))
         n_test = 0 if test_pool is not None else int(round(hp.test_fraction * len(full)))
-        test_rows, val_rows, train_rows = perm[:n_test], perm[n_test:n_test + n_val], perm[n_test + n_val:]
+        test_rows, val_rows, train_rows = perm[:n_test], perm[n_test : n_test + n_val], perm[n_test + n_val :]
         if hp.subset < 1:
-            keep = np.random.default_rng(hp.subset_seed).permutation(len(train_rows))[: int(hp.subset * len(train_rows))]
+            keep = np.random.default_rng(hp.subset_seed).permutation(len(train_rows))[
+                : int(hp.subset * len(train_rows))
+            ]
             train_rows = train_rows[np.sort(keep)]
         self.train_set = ActivationArray(pool, np.sort(train_rows))
         if hp.center:
             self.offset = self.train_set.mean()
         self.train_set.offset = self.offset
         self.val_set = ActivationArray(pool, np.sort(val_rows), self.offset)
-        self.test_set = (ActivationArray(test_pool, offset=self.offset) if test_pool is not None
-                         else ActivationArray(pool, np.sort(test_rows), self.offset))
+        self.test_set = (
+            ActivationArray(test_pool, offset=self.offset)
+            if test_pool is not None
+            else ActivationArray(pool, np.sort(test_rows), self.offset)
+        )
 
     # ----------------------------------------------------------------------------------------------- loaders
     def _loader(self, dataset: ActivationArray | None, shuffle: bool) -> DataLoader:
         if dataset is None:
             raise RuntimeError("Call ActivationsDataModule.setup() before asking for a dataloader.")
-        return DataLoader(dataset, batch_size=self.hparams.batch_size, shuffle=shuffle, collate_fn=identity_collate,
-                          num_workers=self.hparams.num_workers, persistent_workers=self.hparams.num_workers > 0)
+        return DataLoader(
+            dataset,
+            batch_size=self.hparams.batch_size,
+            shuffle=shuffle,
+            collate_fn=identity_collate,
+            num_workers=self.hparams.num_workers,
+            persistent_workers=self.hparams.num_workers > 0,
+        )
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.train_set, shuffle=True)
@@ -254,7 +290,8 @@ class ActivationsDataModule(LightningDataModule):
         """One line for model cards."""
         hp = self.hparams
         if hp.source == "synthetic":
-            return (f"synthetic sparse concepts (card §5): n={hp.n_samples}, dim={hp.dim}, k*={hp.num_true_atoms}, "
-                    f"{hp.active} active, noise {hp.noise}, {'centred' if hp.center else 'raw'}, seed {hp.seed}")
+            return (
+                f"synthetic sparse concepts (card §5): n={hp.n_samples}, dim={hp.dim}, k*={hp.num_true_atoms}, "
+                f"{hp.active} active, noise {hp.noise}, {'centred' if hp.center else 'raw'}, seed {hp.seed}"
+            )
         return f"{hp.source} activations from {hp.data_dir} ({'centred' if hp.center else 'raw'})"
-

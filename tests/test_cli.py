@@ -26,9 +26,22 @@ from zoo.registry import conf_path
 ROOT = Path(__file__).resolve().parents[1]
 CONF = str(conf_path("ra-sae"))
 # A few steps, one validation; train/loss logged every step so it reaches metrics.csv.
-FAST = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "2",
-        "--trainer.check_val_every_n_epoch", "1", "--trainer.log_every_n_steps", "1",
-        "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
+FAST = [
+    "--trainer.max_epochs",
+    "1",
+    "--trainer.limit_train_batches",
+    "3",
+    "--trainer.limit_val_batches",
+    "2",
+    "--trainer.check_val_every_n_epoch",
+    "1",
+    "--trainer.log_every_n_steps",
+    "1",
+    "--trainer.enable_progress_bar",
+    "false",
+    "--trainer.enable_model_summary",
+    "false",
+]
 VAL_KEYS = {"val/r2", "val/l0", "val/dead_fraction", "val/loss", "train/loss"}
 
 
@@ -62,8 +75,21 @@ def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Comple
     root = tmp_path_factory.mktemp("ddp")
     script = Path(sys.executable).with_name("zoo")
     command = [str(script)] if script.is_file() else [sys.executable, "-m", "zoo.cli"]
-    command += ["fit", "-c", CONF, *FAST, "--trainer.limit_train_batches", "4", "--trainer.strategy", "ddp",
-                "--trainer.devices", "2", "--trainer.accelerator", "cpu", *_dirs(root)]
+    command += [
+        "fit",
+        "-c",
+        CONF,
+        *FAST,
+        "--trainer.limit_train_batches",
+        "4",
+        "--trainer.strategy",
+        "ddp",
+        "--trainer.devices",
+        "2",
+        "--trainer.accelerator",
+        "cpu",
+        *_dirs(root),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(command, capture_output=True, text=True, cwd=root, env=env, timeout=300)
     return result, root
@@ -87,6 +113,7 @@ def test_test_with_pretrained_reproduces_card_metric(tmp_path: Path) -> None:
 
 def test_fit_with_pretrained_starts_from_hub_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Check that --pretrained loads the hub weights exactly, keeps its candidates (no k-means), then fine-tunes."""
+
     def no_kmeans(self: ActivationsDataModule, *args: object, **kwargs: object) -> torch.Tensor:
         raise AssertionError("candidate points were recomputed for a pretrained model")
 
@@ -157,8 +184,15 @@ def test_fit_stops_with_step_number_when_loss_is_nan(monkeypatch: pytest.MonkeyP
         return torch.tensor(float("nan"), requires_grad=True) if batch_idx == 2 else loss
 
     monkeypatch.setattr(model, "training_step", nan_at_third_step)
-    trainer = Trainer(max_epochs=1, limit_train_batches=6, limit_val_batches=0, logger=False,
-                      enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer = Trainer(
+        max_epochs=1,
+        limit_train_batches=6,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     with pytest.raises(FloatingPointError, match=r"Loss became nan at step \d+ \(epoch 0\)\. Lower model\.lr"):
         trainer.fit(model, datamodule=dm)
     assert seen == [0, 1, 2]

@@ -68,8 +68,19 @@ def test_entry_conf_fits_a_few_steps(name: str, tmp_path: Path) -> None:
     """Check that ``zoo fit -c conf/<entry>`` parses and runs a fast_dev_run."""
     from zoo.lightning_cli import ZooCLI
 
-    cli = ZooCLI(args=["-c", str(hub.conf_path(name)), "--trainer.fast_dev_run", "2",
-                       "--trainer.default_root_dir", str(tmp_path), "--trainer.enable_progress_bar", "false"], run=False)
+    cli = ZooCLI(
+        args=[
+            "-c",
+            str(hub.conf_path(name)),
+            "--trainer.fast_dev_run",
+            "2",
+            "--trainer.default_root_dir",
+            str(tmp_path),
+            "--trainer.enable_progress_bar",
+            "false",
+        ],
+        run=False,
+    )
     assert type(cli.model).__name__ == get_entry(name).module.rsplit(".", 1)[1]
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     assert cli.trainer.state.finished
@@ -103,8 +114,9 @@ def test_notebook_executes(notebook: str) -> None:
     path = ROOT / "notebooks" / notebook
     assert path.is_file(), f"missing notebook {path}"
     nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                                     resources={"metadata": {"path": str(path.parent)}})
+    client = nbclient.NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    )
     client.execute()
 
 

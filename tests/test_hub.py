@@ -126,8 +126,9 @@ def test_load_raises_when_weights_do_not_fit_overrides(tmp_path: Path) -> None:
 def test_write_entry_round_trips_outputs_config_and_card(tmp_path: Path) -> None:
     """Check that write_entry then zoo.load gives identical outputs, with init args, sha256 and our card on disk."""
     model = _small_model()
-    dest = zoo.hub.write_entry(model, tmp_path / "e", zoo_meta={"name": "tiny", "metrics": {"test/r2": 0.5}},
-                               card_text="# card")
+    dest = zoo.hub.write_entry(
+        model, tmp_path / "e", zoo_meta={"name": "tiny", "metrics": {"test/r2": 0.5}}, card_text="# card"
+    )
     loaded = zoo.load(tmp_path / "e")
     x = torch.randn(16, 8, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
@@ -135,7 +136,11 @@ def test_write_entry_round_trips_outputs_config_and_card(tmp_path: Path) -> None
         torch.testing.assert_close(loaded.reconstruct(x), model.reconstruct(x), rtol=0, atol=0)
     config = json.loads((dest / "config.json").read_text())
     assert {k: config[k] for k in ("dim", "num_atoms", "top_k", "num_candidates")} == {
-        "dim": 8, "num_atoms": 16, "top_k": 2, "num_candidates": 16}
+        "dim": 8,
+        "num_atoms": 16,
+        "top_k": 2,
+        "num_candidates": 16,
+    }
     assert config["zoo"]["sha256"] == {"model.safetensors": zoo.hub.sha256(dest / "model.safetensors")}
     assert config["zoo"]["name"] == "tiny" and config["zoo"]["metrics"] == {"test/r2": 0.5}
     assert (dest / "README.md").read_text() == "# card"
@@ -144,6 +149,7 @@ def test_write_entry_round_trips_outputs_config_and_card(tmp_path: Path) -> None
 
 def test_write_entry_leaves_nothing_when_interrupted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Check that a write failing midway leaves neither the entry nor a temporary folder behind."""
+
     def fail(path: Path, chunk: int = 0) -> str:
         raise RuntimeError("disk full")
 
@@ -153,8 +159,9 @@ def test_write_entry_leaves_nothing_when_interrupted(tmp_path: Path, monkeypatch
     assert list(tmp_path.iterdir()) == []
 
 
-def test_write_entry_keeps_old_entry_when_overwrite_is_interrupted(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_write_entry_keeps_old_entry_when_overwrite_is_interrupted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Check that a failed overwrite keeps the previous entry intact and loadable, with no temporary folders."""
     old = _small_model(seed=0)
     dest = zoo.hub.write_entry(old, tmp_path / "e", zoo_meta={}, card_text="# old")
@@ -188,8 +195,9 @@ def test_find_falls_back_to_bundled_when_hf_location_is_offline(tmp_path: Path) 
     """
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "ZOO_HUB": "hf:some-org", "HF_HOME": str(tmp_path / "hf")}
     code = "import zoo.hub; print(zoo.hub.find('ra-sae'))"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
-                            timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert Path(result.stdout.strip()) == zoo.hub.BUNDLED / "ra-sae"
 
@@ -221,10 +229,27 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("publish")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(sys, "argv", ["zoo"])  # LightningCLI warns when pytest's own argv is there too
-        dest = publish("ra-sae", dest=root / "hub" / "ra-sae", max_epochs=1, extra_args=[
-            "--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "0", "--trainer.limit_test_batches",
-            "2", "--trainer.logger", "false", "--trainer.enable_progress_bar", "false",
-            "--trainer.enable_model_summary", "false", "--trainer.default_root_dir", str(root / "run")])
+        dest = publish(
+            "ra-sae",
+            dest=root / "hub" / "ra-sae",
+            max_epochs=1,
+            extra_args=[
+                "--trainer.limit_train_batches",
+                "3",
+                "--trainer.limit_val_batches",
+                "0",
+                "--trainer.limit_test_batches",
+                "2",
+                "--trainer.logger",
+                "false",
+                "--trainer.enable_progress_bar",
+                "false",
+                "--trainer.enable_model_summary",
+                "false",
+                "--trainer.default_root_dir",
+                str(root / "run"),
+            ],
+        )
     yield dest
 
 

@@ -30,8 +30,23 @@ if TYPE_CHECKING:  # pragma: no cover
     from lightning import LightningDataModule, LightningModule
 
 __all__ = [
-    "ChecksumError", "BUNDLED", "WEIGHTS", "locations", "find", "materialize", "read_config", "verify_checksums",
-    "load_weights", "load", "create", "datamodule", "card", "conf_section", "write_entry", "sha256", "staging",
+    "ChecksumError",
+    "BUNDLED",
+    "WEIGHTS",
+    "locations",
+    "find",
+    "materialize",
+    "read_config",
+    "verify_checksums",
+    "load_weights",
+    "load",
+    "create",
+    "datamodule",
+    "card",
+    "conf_section",
+    "write_entry",
+    "sha256",
+    "staging",
 ]
 
 BUNDLED = Path(__file__).resolve().parent / "pretrained"
@@ -119,7 +134,9 @@ def read_config(folder: str | os.PathLike) -> dict[str, Any]:
     """
     path = Path(folder) / CONFIG
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: {folder} is not a hub entry. Entries are written by `zoo publish`.")
+        raise FileNotFoundError(
+            f"{path} is missing: {folder} is not a hub entry. Entries are written by `zoo publish`."
+        )
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
@@ -151,7 +168,9 @@ def verify_checksums(folder: str | os.PathLike, config: dict[str, Any]) -> None:
     folder = Path(folder)
     recorded: dict[str, str] = config["zoo"]["sha256"]
     if WEIGHTS not in recorded:
-        raise ChecksumError(f"{folder / CONFIG} records no checksum for {WEIGHTS}; refusing to load unverified weights.")
+        raise ChecksumError(
+            f"{folder / CONFIG} records no checksum for {WEIGHTS}; refusing to load unverified weights."
+        )
     for file_name, expected in recorded.items():
         path = folder / file_name
         if not path.is_file():
@@ -164,8 +183,9 @@ def verify_checksums(folder: str | os.PathLike, config: dict[str, Any]) -> None:
             )
 
 
-def load_weights(model: "LightningModule", folder: str | os.PathLike, map_location: str = "cpu",
-                 strict: bool = True) -> None:
+def load_weights(
+    model: "LightningModule", folder: str | os.PathLike, map_location: str = "cpu", strict: bool = True
+) -> None:
     """Load ``model.safetensors`` of ``folder`` into ``model`` (never a pickle).
 
     Raises:
@@ -178,7 +198,9 @@ def load_weights(model: "LightningModule", folder: str | os.PathLike, map_locati
     try:
         safetensors.torch.load_model(model, str(path), strict=strict, device=map_location)
     except SafetensorError as err:
-        raise ValueError(f"{path} is not a readable safetensors file ({err}). Delete the folder and re-publish.") from None
+        raise ValueError(
+            f"{path} is not a readable safetensors file ({err}). Delete the folder and re-publish."
+        ) from None
     except RuntimeError as err:
         raise ValueError(
             f"The weights in {path} do not fit {type(model).__name__} built from its config.json: {err}. "
@@ -253,8 +275,7 @@ def staging(dest: Path) -> Iterator[Path]:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def write_entry(model: "LightningModule", dest: str | os.PathLike, *, zoo_meta: dict[str, Any],
-                card_text: str) -> Path:
+def write_entry(model: "LightningModule", dest: str | os.PathLike, *, zoo_meta: dict[str, Any], card_text: str) -> Path:
     """Write ``model`` as a hub entry at ``dest`` atomically (temporary folder, then rename).
 
     Args:

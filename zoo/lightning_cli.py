@@ -40,9 +40,11 @@ class ZooCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument(
-            "--pretrained", type=str | None, default=None,
+            "--pretrained",
+            type=str | None,
+            default=None,
             help="Start from hub weights: an entry name (`zoo list`) or an entry folder. The optimiser starts fresh "
-                 "(fine-tuning). The model's init args must match the entry's config.json.",
+            "(fine-tuning). The model's init args must match the entry's config.json.",
         )
 
     def before_instantiate_classes(self) -> None:
@@ -78,7 +80,9 @@ class ZooCLI(LightningCLI):
         print(f"\nTraining done. Logs: {log_dir}")
         ckpt = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
         if ckpt:
-            print(f"Checkpoint: {ckpt}\n  resume: add --ckpt_path {ckpt}; evaluate: zoo test -c <conf> --ckpt_path {ckpt}")
+            print(
+                f"Checkpoint: {ckpt}\n  resume: add --ckpt_path {ckpt}; evaluate: zoo test -c <conf> --ckpt_path {ckpt}"
+            )
         metrics = {k: round(float(v), 4) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
         if metrics:
             print(f"Validation metrics: {metrics}")

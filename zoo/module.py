@@ -42,8 +42,12 @@ class ZooModule(LightningModule, PyTorchModelHubMixin, library_name="zoo", tags=
         from zoo import hub
 
         folder = hub.materialize(
-            model_id, revision=revision, cache_dir=cache_dir, force_download=force_download,
-            local_files_only=local_files_only, token=token,
+            model_id,
+            revision=revision,
+            cache_dir=cache_dir,
+            force_download=force_download,
+            local_files_only=local_files_only,
+            token=token,
         )
         config = hub.read_config(folder)
         hub.verify_checksums(folder, config)

@@ -43,8 +43,9 @@ def _class_path(obj: Any) -> str:
     return f"{module}.{cls.__name__}"
 
 
-def render_card(name: str, model: Any, datamodule: Any, metrics: dict[str, float], command: str,
-                train_seconds: float) -> str:
+def render_card(
+    name: str, model: Any, datamodule: Any, metrics: dict[str, float], command: str, train_seconds: float
+) -> str:
     """The model card (``README.md``) of a hub entry: what, data, command, metrics, versions, limits."""
     entry = get_entry(name)
     describe = getattr(datamodule, "describe", None)
@@ -77,8 +78,9 @@ dm = zoo.datamodule("{name}")     # the data it was trained on
 
 - Class: `{_class_path(model)}`
 - Data: {data}
-- Command: `{command}` (conf `conf/{entry.conf}`), {train_seconds:.0f} s on this machine ({platform.processor() or
-    platform.machine()}).
+- Command: `{command}` (conf `conf/{entry.conf}`), {train_seconds:.0f} s on this machine ({
+        platform.processor() or platform.machine()
+    }).
 - Init arguments:
 {hp}
 
@@ -98,8 +100,9 @@ dm = zoo.datamodule("{name}")     # the data it was trained on
 """
 
 
-def publish(name: str, dest: str | Path | None = None, max_epochs: int | None = None,
-            extra_args: list[str] | None = None) -> Path:
+def publish(
+    name: str, dest: str | Path | None = None, max_epochs: int | None = None, extra_args: list[str] | None = None
+) -> Path:
     """Train entry ``name`` with its conf, test it, and write its hub entry atomically.
 
     Args:
@@ -132,8 +135,10 @@ def publish(name: str, dest: str | Path | None = None, max_epochs: int | None = 
     meta = {
         "name": name,
         "module": entry.module,
-        "datamodule": {"class_path": entry.datamodule,
-                       "init_args": {k: v for k, v in dm.hparams.items() if not k.startswith("_")}},
+        "datamodule": {
+            "class_path": entry.datamodule,
+            "init_args": {k: v for k, v in dm.hparams.items() if not k.startswith("_")},
+        },
         "conf": entry.conf,
         "command": command,
         "seed": cli.config.get("seed_everything"),

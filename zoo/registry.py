@@ -64,37 +64,29 @@ _ARCHETYPAL_SAE = Paper(
     arxiv="2502.12892",
 )
 
+
+def _sae(name: str, summary: str, *tags: str) -> Entry:
+    # The three SAE entries share one class, DataModule and reproduction; the conf makes the variant.
+    return Entry(
+        name=name,
+        module="zoo.models.ra_sae.RASAE",
+        datamodule="datamodules.activations.ActivationsDataModule",
+        conf=f"{name}.yaml",
+        paper=_ARCHETYPAL_SAE,
+        summary=summary,
+        reproduce="zoo.models.ra_sae.reproduce.run",
+        tags=("sae", "interpretability", *tags),
+    )
+
+
 # Sorted by name. A variant is another Entry with the same class and another conf.
 ENTRIES: tuple[Entry, ...] = (
-    Entry(
-        name="a-sae",
-        module="zoo.models.ra_sae.RASAE",
-        datamodule="datamodules.activations.ActivationsDataModule",
-        conf="a-sae.yaml",
-        paper=_ARCHETYPAL_SAE,
-        summary="Archetypal SAE: TopK SAE whose atoms are convex combinations of k-means candidate points.",
-        reproduce="zoo.models.ra_sae.reproduce.run",
-        tags=("sae", "interpretability"),
-    ),
-    Entry(
-        name="ra-sae",
-        module="zoo.models.ra_sae.RASAE",
-        datamodule="datamodules.activations.ActivationsDataModule",
-        conf="ra-sae.yaml",
-        paper=_ARCHETYPAL_SAE,
-        summary="Relaxed archetypal SAE: atoms stay within delta of the (scaled) convex hull of the data.",
-        reproduce="zoo.models.ra_sae.reproduce.run",
-        tags=("sae", "interpretability"),
-    ),
-    Entry(
-        name="topk-sae",
-        module="zoo.models.ra_sae.RASAE",
-        datamodule="datamodules.activations.ActivationsDataModule",
-        conf="topk-sae.yaml",
-        paper=_ARCHETYPAL_SAE,
-        summary="Baseline TopK SAE with a free, row-normalised dictionary (the archetypal SAE's comparison).",
-        reproduce="zoo.models.ra_sae.reproduce.run",
-        tags=("sae", "interpretability", "baseline"),
+    _sae("a-sae", "Archetypal SAE: TopK SAE whose atoms are convex combinations of k-means candidate points."),
+    _sae("ra-sae", "Relaxed archetypal SAE: atoms stay within delta of the (scaled) convex hull of the data."),
+    _sae(
+        "topk-sae",
+        "Baseline TopK SAE with a free, row-normalised dictionary (the archetypal SAE's comparison).",
+        "baseline",
     ),
 )
 

@@ -5,7 +5,8 @@
 Both loops use the conf's DataModule and RASAE (candidates set the same way), Adam, grad-norm clip 1.0, and time
 only the training loop (Lightning: from on_train_start to on_train_end). Validation is disabled, and with it the
 conf's callbacks (stability, checkpoint), which would otherwise save a checkpoint at every epoch end instead of
-after each validation; the conf's CSV logger, its logging cadence and the Rich progress bar are kept. Prints the median steps/s of each and their ratio.
+after each validation; the conf's CSV logger, its logging cadence and the Rich progress bar are kept.
+Prints the median steps/s of each and their ratio.
 """
 
 from __future__ import annotations
@@ -34,9 +35,22 @@ class _Timer(Callback):
 def lightning_steps_per_second(epochs: int, batch_size: int | None) -> float:
     timer = _Timer()
     extra = ["--data.init_args.batch_size", str(batch_size)] if batch_size else []
-    cli = ZooCLI(args=["-c", str(conf_path("ra-sae")), "--trainer.max_epochs", str(epochs),
-                       "--trainer.limit_val_batches", "0", "--trainer.callbacks", "[]",
-                       "--trainer.enable_checkpointing", "false", *extra], run=False)
+    cli = ZooCLI(
+        args=[
+            "-c",
+            str(conf_path("ra-sae")),
+            "--trainer.max_epochs",
+            str(epochs),
+            "--trainer.limit_val_batches",
+            "0",
+            "--trainer.callbacks",
+            "[]",
+            "--trainer.enable_checkpointing",
+            "false",
+            *extra,
+        ],
+        run=False,
+    )
     cli.trainer.callbacks.append(timer)
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     return timer.steps / timer.seconds

@@ -44,9 +44,18 @@ class NoDictionary(TinySAE):
 
 
 def _fit(module: LightningModule, callback: SAEStability, max_epochs: int = 2) -> Trainer:
-    trainer = Trainer(max_epochs=max_epochs, callbacks=[callback], logger=False, enable_checkpointing=False,
-                      enable_progress_bar=False, enable_model_summary=False, limit_train_batches=2,
-                      limit_val_batches=2, accelerator="cpu", devices=1)
+    trainer = Trainer(
+        max_epochs=max_epochs,
+        callbacks=[callback],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_train_batches=2,
+        limit_val_batches=2,
+        accelerator="cpu",
+        devices=1,
+    )
     trainer.fit(module)
     return trainer
 

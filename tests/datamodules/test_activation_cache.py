@@ -83,7 +83,13 @@ def test_build_activation_cache_writes_shards_that_match_meta(image_dir: Path, t
     assert meta["dim"] == model.num_features == 64
     assert meta["count"] == NUM_IMAGES * ref.shape[1] == NUM_IMAGES * (model.num_prefix_tokens + 100)
     assert {k: meta[k] for k in ("backbone", "library", "pretrained", "tokens", "dtype", "images")} == {
-        "backbone": VIT, "library": "timm", "pretrained": False, "tokens": "all", "dtype": "float16", "images": 6}
+        "backbone": VIT,
+        "library": "timm",
+        "pretrained": False,
+        "tokens": "all",
+        "dtype": "float16",
+        "images": 6,
+    }
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # the staging folder was renamed away
 
 
@@ -95,8 +101,9 @@ def test_build_activation_cache_rows_equal_forward_features(image_dir: Path, tmp
 
 
 @pytest.mark.parametrize("tokens", ["cls", "mean"])
-def test_build_activation_cache_keeps_one_row_per_image_for_pooled_policies(image_dir: Path, tmp_path: Path,
-                                                                            tokens: str) -> None:
+def test_build_activation_cache_keeps_one_row_per_image_for_pooled_policies(
+    image_dir: Path, tmp_path: Path, tokens: str
+) -> None:
     """Check that tokens='cls' keeps the class token and tokens='mean' the mean patch token, one row per image."""
     meta, acts = _load(_build(image_dir, tmp_path / "cache", tokens=tokens))
     _, ref = _reference(image_dir, VIT)
@@ -111,8 +118,9 @@ def test_build_activation_cache_turns_cnn_positions_into_tokens(image_dir: Path,
     _, ref = _reference(image_dir, CNN)
     _, C, H, W = ref.shape
     assert (meta["dim"], meta["count"]) == (C, NUM_IMAGES * H * W) == (96, NUM_IMAGES * 5 * 5)
-    np.testing.assert_allclose(acts.astype(np.float32), ref.permute(0, 2, 3, 1).reshape(-1, C).numpy(),
-                               rtol=2e-3, atol=2e-3)
+    np.testing.assert_allclose(
+        acts.astype(np.float32), ref.permute(0, 2, 3, 1).reshape(-1, C).numpy(), rtol=2e-3, atol=2e-3
+    )
 
 
 def test_build_activation_cache_spreads_max_images_over_the_folder(image_dir: Path, tmp_path: Path) -> None:
@@ -132,14 +140,18 @@ def test_build_activation_cache_raises_when_cls_has_no_class_token(image_dir: Pa
 
 def test_build_activation_cache_reads_open_clip_tokens(image_dir: Path, tmp_path: Path) -> None:
     """Check that an open_clip ViT gives its patch tokens, tower-wide, one row each."""
-    meta, acts = _load(build_activation_cache(image_dir, tmp_path / "cache", "ViT-S-32", library="open_clip",
-                                              pretrained=False, batch_size=4))
+    meta, acts = _load(
+        build_activation_cache(
+            image_dir, tmp_path / "cache", "ViT-S-32", library="open_clip", pretrained=False, batch_size=4
+        )
+    )
     assert (meta["library"], meta["dim"], meta["count"]) == ("open_clip", 384, NUM_IMAGES * 7 * 7)
     assert acts.shape == (NUM_IMAGES * 49, 384) and np.isfinite(acts).all()
 
 
-def test_build_activation_cache_falls_back_to_open_clip_pooled_embedding(image_dir: Path, tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_build_activation_cache_falls_back_to_open_clip_pooled_embedding(
+    image_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Check that an open_clip tower without token output (as RN50's) warns and gives one pooled row per image."""
     # A stand-in for RN50 (no `output_tokens`, pooled output only): the real one takes seconds to initialise.
     visual = torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten())  # (B, 3, H, W) -> (B, 3)
@@ -180,21 +192,26 @@ def test_build_activation_cache_suggests_close_timm_names(image_dir: Path, tmp_p
         build_activation_cache(image_dir, tmp_path / "cache", "vit_tiny_patch16_22", pretrained=False)
 
 
-@pytest.mark.parametrize(("kwargs", "error", "match"), [
-    ({"library": "hf"}, ValueError, "Unknown library 'hf': expected 'timm' or 'open_clip'"),
-    ({"tokens": "patch"}, ValueError, "Unknown tokens policy 'patch'"),
-    ({"shard_size": 0}, ValueError, "shard_size must be at least 1, got 0"),
-    ({"pretrained": "augreg_in21k"}, TypeError, "timm takes pretrained=True or False"),
-])
-def test_build_activation_cache_rejects_bad_arguments(image_dir: Path, tmp_path: Path, kwargs: dict,
-                                                      error: type[Exception], match: str) -> None:
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"library": "hf"}, ValueError, "Unknown library 'hf': expected 'timm' or 'open_clip'"),
+        ({"tokens": "patch"}, ValueError, "Unknown tokens policy 'patch'"),
+        ({"shard_size": 0}, ValueError, "shard_size must be at least 1, got 0"),
+        ({"pretrained": "augreg_in21k"}, TypeError, "timm takes pretrained=True or False"),
+    ],
+)
+def test_build_activation_cache_rejects_bad_arguments(
+    image_dir: Path, tmp_path: Path, kwargs: dict, error: type[Exception], match: str
+) -> None:
     """Check that bad arguments fail up front with a message that names the value and the alternatives."""
     with pytest.raises(error, match=match):
         build_activation_cache(image_dir, tmp_path / "cache", VIT, **kwargs)
 
 
-def test_build_activation_cache_leaves_nothing_when_interrupted(image_dir: Path, tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_build_activation_cache_leaves_nothing_when_interrupted(
+    image_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Check that a failure after shards were written leaves neither out_dir nor a temporary folder."""
     forward_features = VisionTransformer.forward_features
     calls = []

@@ -24,8 +24,17 @@ def _write_cache(folder: Path, shards: list[np.ndarray], **meta_overrides: objec
     for i, shard in enumerate(shards):
         names.append(f"acts_{i:05d}.npy")
         np.save(folder / names[-1], shard.astype(np.float16))
-    meta = {"backbone": "toy", "library": "timm", "pretrained": False, "tokens": "all", "dim": shards[0].shape[1],
-            "count": sum(len(s) for s in shards), "dtype": "float16", "shards": names, "images": 5}
+    meta = {
+        "backbone": "toy",
+        "library": "timm",
+        "pretrained": False,
+        "tokens": "all",
+        "dim": shards[0].shape[1],
+        "count": sum(len(s) for s in shards),
+        "dtype": "float16",
+        "shards": names,
+        "images": 5,
+    }
     (folder / "meta.json").write_text(json.dumps({**meta, **meta_overrides}))
     return folder
 
@@ -93,6 +102,7 @@ def test_datamodule_splits_are_disjoint_and_cover_pool() -> None:
 
 def test_datamodule_is_deterministic_per_seed() -> None:
     """Check that the same seed gives the same split tensors, and another seed other data and splits."""
+
     def train_rows(seed: int) -> torch.Tensor:
         dm = ActivationsDataModule(n_samples=500, seed=seed)
         dm.setup("fit")

@@ -7,9 +7,9 @@ import pytest
 import torch
 from scipy.optimize import linprog
 
+from datamodules.activations import make_sparse_concepts
 from zoo.models.ra_sae import FreeDictionary, RelaxedArchetypalDictionary, SparseAutoencoder, TopKEncoder, sae_loss
 from zoo.models.ra_sae.reproduce import train_arm
-from datamodules.activations import make_sparse_concepts
 
 
 def _in_hull(points: np.ndarray, C: np.ndarray, tol: float = 1e-5) -> bool:
@@ -31,8 +31,9 @@ def data() -> torch.Tensor:
 @pytest.fixture(scope="module")
 def trained(data: torch.Tensor) -> dict[str, tuple]:
     """One short training per arm on small data (shared by the tests below)."""
-    return {arm: train_arm(data, arm, seed=0, steps=300, num_atoms=16, top_k=2, delta=0.5)
-            for arm in ("a", "ra", "topk")}
+    return {
+        arm: train_arm(data, arm, seed=0, steps=300, num_atoms=16, top_k=2, delta=0.5) for arm in ("a", "ra", "topk")
+    }
 
 
 def test_archetypal_atoms_lie_in_convex_hull_of_candidates(trained: dict) -> None:
@@ -58,7 +59,7 @@ def test_archetypal_training_moves_atoms_and_keeps_constraints(trained: dict) ->
 
 
 def test_relaxed_dictionary_rows_stay_within_delta(trained: dict) -> None:
-    """Check that every RA-SAE relaxation row satisfies ‖Λ_i‖ ≤ δ, so atoms lie within δ·e^m of the scaled hull."""
+    """Check that every RA-SAE relaxation row satisfies ‖Λ_i‖ ≤ δ: atoms lie within δ·e^m of the scaled hull."""
     sae = trained["ra"][0]
     d = sae.dictionary
     norms = d.Lambda.detach().norm(dim=1)

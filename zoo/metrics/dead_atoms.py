@@ -50,8 +50,10 @@ class DeadAtomFraction(Metric):
     def update(self, codes: Tensor) -> None:
         """Count, per atom, the samples of ``codes`` ``(N, num_atoms)`` on which it fired."""
         if codes.ndim != 2 or codes.shape[1] != self.fired.numel():
-            raise ValueError(f"Expected codes of shape (N, {self.fired.numel()}), got {tuple(codes.shape)}. "
-                             "Pass the encoder's codes, not the activations.")
+            raise ValueError(
+                f"Expected codes of shape (N, {self.fired.numel()}), got {tuple(codes.shape)}. "
+                "Pass the encoder's codes, not the activations."
+            )
         self.fired += (codes > 0).sum(0)
 
     def compute(self) -> Tensor:

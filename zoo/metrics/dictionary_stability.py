@@ -75,8 +75,9 @@ def _match(cos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return linear_sum_assignment(1.0 - cos)
 
 
-def _stability_update(D: Tensor, D_ref: Tensor, alive: Tensor | None, alive_ref: Tensor | None,
-                      eps: float) -> tuple[float, int]:
+def _stability_update(
+    D: Tensor, D_ref: Tensor, alive: Tensor | None, alive_ref: Tensor | None, eps: float
+) -> tuple[float, int]:
     """Sum of the matched cosines and the number of matched pairs (shared by the function and the Metric)."""
     _check_dictionaries(D, D_ref)
     A, B = _restrict(D, alive, "alive"), _restrict(D_ref, alive_ref, "alive_ref")
@@ -95,8 +96,9 @@ def _check_eps(eps: float) -> None:
         raise ValueError(f"Expected argument `eps` to be a positive float but got {eps!r}.")
 
 
-def dictionary_stability(D: Tensor, D_ref: Tensor, alive: Tensor | None = None, alive_ref: Tensor | None = None,
-                         eps: float = 1e-8) -> Tensor:
+def dictionary_stability(
+    D: Tensor, D_ref: Tensor, alive: Tensor | None = None, alive_ref: Tensor | None = None, eps: float = 1e-8
+) -> Tensor:
     """Stability of ``D`` against ``D_ref``: the mean signed cosine between Hungarian-matched atoms.
 
     Args:
@@ -206,8 +208,7 @@ def stability_floor_points(x: Tensor, k: int, generator: torch.Generator | None 
     if not isinstance(x, Tensor) or x.ndim != 2 or x.shape[0] < 2 * k:
         shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
         raise ValueError(
-            f"Expected x of shape (n, d) with n >= 2k = {2 * k} rows, got {shape}. Collect more data points or "
-            "lower k."
+            f"Expected x of shape (n, d) with n >= 2k = {2 * k} rows, got {shape}. Collect more data points or lower k."
         )
     index = torch.randperm(x.shape[0], generator=generator)[: 2 * k].to(x.device)
     return dictionary_stability(x[index[:k]], x[index[k:]])

@@ -35,7 +35,8 @@ class _Dictionary(nn.Module):
         # Tensor._version counts in-place writes (optimizer steps, load_state_dict, project_), so the eval cache
         # is rebuilt exactly when a parameter or buffer changed. The official cache goes stale instead.
         return tuple(t._version for t in (*self.parameters(), *self.buffers())) + tuple(
-            t.data_ptr() for t in self.parameters())
+            t.data_ptr() for t in self.parameters()
+        )
 
     def get_dictionary(self) -> Tensor:
         """D, ``(num_atoms, dim)``.

@@ -46,10 +46,21 @@ class RASAE(ZooModule):
         torch.Size([4, 16])
     """
 
-    def __init__(self, dim: int = 32, num_atoms: int = 64, top_k: int = 3, dictionary: DictionaryKind = "ra",
-                 delta: float = 1.0, use_multiplier: bool = True, num_candidates: int = 64,
-                 init: Literal["tied", "official"] = "tied", free_init: Literal["xavier", "candidates"] = "xavier",
-                 candidates_seed: int | None = None, aux_k_penalty: float = 0.0, lr: float = 1e-3) -> None:
+    def __init__(
+        self,
+        dim: int = 32,
+        num_atoms: int = 64,
+        top_k: int = 3,
+        dictionary: DictionaryKind = "ra",
+        delta: float = 1.0,
+        use_multiplier: bool = True,
+        num_candidates: int = 64,
+        init: Literal["tied", "official"] = "tied",
+        free_init: Literal["xavier", "candidates"] = "xavier",
+        candidates_seed: int | None = None,
+        aux_k_penalty: float = 0.0,
+        lr: float = 1e-3,
+    ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.sae = SparseAutoencoder(dim, num_atoms, top_k, dictionary, delta, use_multiplier, num_candidates, init)
@@ -57,10 +68,14 @@ class RASAE(ZooModule):
         self._window_steps = 0
         # Saved with the weights: a loaded or fine-tuned model never recomputes its candidate points.
         self.register_buffer("candidates_ready", torch.tensor(False))
-        self.metrics = nn.ModuleDict({
-            stage: nn.ModuleDict({"r2": ReconstructionR2(), "l0": MeanMetric(), "dead_fraction": DeadAtomFraction(
-                num_atoms)}) for stage in ("val", "test")
-        })
+        self.metrics = nn.ModuleDict(
+            {
+                stage: nn.ModuleDict(
+                    {"r2": ReconstructionR2(), "l0": MeanMetric(), "dead_fraction": DeadAtomFraction(num_atoms)}
+                )
+                for stage in ("val", "test")
+            }
+        )
 
     # --------------------------------------------------------------------------------------------- the maths
     @property
@@ -150,12 +165,12 @@ class RASAE(ZooModule):
         """Limits written into every RA-SAE model card (``zoo publish``)."""
         return (
             "- Trained on the embedded synthetic sparse-concept data (d = 32), not on vision-backbone activations; "
-            "the paper's ImageNet/DINOv2 setting runs through `ActivationsDataModule(source=\"cache\")`.\n"
+            'the paper\'s ImageNet/DINOv2 setting runs through `ActivationsDataModule(source="cache")`.\n'
             "- Stability caveat (Brzozowski & Chung, 2026, and `zoo reproduce ra-sae`): much of RA-SAE's cross-run "
             "stability comes from starting the decoder at k-means centroids; a TopK SAE started there is nearly as "
             "stable. Raw (uncentred) activations inflate every stability number (random data points already match "
             "at about 0.9).\n"
-            "- The encoder starts tied to the unit-normalised initial dictionary (`init=\"tied\"`), the card's pilot "
+            '- The encoder starts tied to the unit-normalised initial dictionary (`init="tied"`), the card\'s pilot '
             "choice; the official random init killed most atoms on this data.\n"
             "- delta is absolute (activation units): rescale it with the median activation norm on other data."
         )

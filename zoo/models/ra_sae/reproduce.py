@@ -39,8 +39,17 @@ ARMS: dict[str, dict[str, Any]] = {
 }
 
 
-def train_arm(x: Tensor, arm: str, seed: int, steps: int, num_atoms: int = 64, top_k: int = 3, delta: float = 1.0,
-              batch_size: int = 256, lr: float = 1e-3) -> tuple[SparseAutoencoder, Tensor, float]:
+def train_arm(
+    x: Tensor,
+    arm: str,
+    seed: int,
+    steps: int,
+    num_atoms: int = 64,
+    top_k: int = 3,
+    delta: float = 1.0,
+    batch_size: int = 256,
+    lr: float = 1e-3,
+) -> tuple[SparseAutoencoder, Tensor, float]:
     """Train one arm on ``x`` ``(n, d)`` with the official loop (Adam, grad-norm clip 1.0, MSE).
 
     Returns ``(sae, initial_dictionary, first_batch_r2)``.
@@ -59,7 +68,7 @@ def train_arm(x: Tensor, arm: str, seed: int, steps: int, num_atoms: int = 64, t
     for step in range(steps):
         if step and step % per_epoch == 0:
             order = torch.randperm(len(x), generator=g)
-        batch = x[order[(step % per_epoch) * batch_size:(step % per_epoch + 1) * batch_size]]
+        batch = x[order[(step % per_epoch) * batch_size : (step % per_epoch + 1) * batch_size]]
         pre, codes, x_hat = sae(batch)
         loss = sae_loss(batch, x_hat, pre, codes, None)
         if step == 0:
@@ -100,8 +109,10 @@ def run(quick: bool = False, out: Path | str | None = None, seeds: int | None = 
         pool, _ = make_sparse_concepts(20_000, 32, kstar, 3, 0.05, seed=0)
         test = pool[:4000]  # held out from every run
         train_pool = pool[4000:]
-        subsets = [torch.randperm(len(train_pool), generator=torch.Generator().manual_seed(100 + r))[: len(train_pool) // 2]
-                   for r in range(n_seeds)]
+        subsets = [
+            torch.randperm(len(train_pool), generator=torch.Generator().manual_seed(100 + r))[: len(train_pool) // 2]
+            for r in range(n_seeds)
+        ]
         for prep in ("raw", "centred"):
             key = f"{prep}/k{kstar}"
             g = torch.Generator().manual_seed(kstar)
@@ -118,12 +129,18 @@ def run(quick: bool = False, out: Path | str | None = None, seeds: int | None = 
                     D = sae.dictionary.get_dictionary()
                     dicts.append(D), alive.append(alive_r), r2s.append(r2), first.append(r2_first)
                     moved.append(float(1 - torch.nn.functional.cosine_similarity(D, D0, dim=1).mean()))
-                    print(f"  {key:<14} {arm:<12} seed {r}: R2 {r2:.3f}  ({time.perf_counter() - start:.0f} s)",
-                          flush=True)
+                    print(
+                        f"  {key:<14} {arm:<12} seed {r}: R2 {r2:.3f}  ({time.perf_counter() - start:.0f} s)",
+                        flush=True,
+                    )
                 pairs = list(itertools.combinations(range(n_seeds), 2))
-                results[f"{key}/{arm}/stability"] = _mean(float(dictionary_stability(dicts[i], dicts[j])) for i, j in pairs)
+                results[f"{key}/{arm}/stability"] = _mean(
+                    float(dictionary_stability(dicts[i], dicts[j])) for i, j in pairs
+                )
                 results[f"{key}/{arm}/stability_alive"] = _mean(
-                    float(dictionary_stability(dicts[i], dicts[j], alive=alive[i], alive_ref=alive[j])) for i, j in pairs)
+                    float(dictionary_stability(dicts[i], dicts[j], alive=alive[i], alive_ref=alive[j]))
+                    for i, j in pairs
+                )
                 results[f"{key}/{arm}/r2"] = _mean(r2s)
                 results[f"{key}/{arm}/r2_first_step"] = _mean(first)
                 results[f"{key}/{arm}/dead_fraction"] = _mean(1 - float(a.float().mean()) for a in alive)
@@ -155,10 +172,12 @@ def _claims(r: dict[str, float], quick: bool) -> dict[str, float]:
     # so also require that RA-SAE atoms moved and its reconstruction improved during training.
     for key in [k[: -len("/ra/moved")] for k in r if k.endswith("/ra/moved")]:
         claims[f"claims/{key.replace('/', '_')}_ra_trained"] = float(
-            r[f"{key}/ra/moved"] > 1e-3 and r[f"{key}/ra/r2"] > r[f"{key}/ra/r2_first_step"] + 0.05)
+            r[f"{key}/ra/moved"] > 1e-3 and r[f"{key}/ra/r2"] > r[f"{key}/ra/r2_first_step"] + 0.05
+        )
     if not quick:
         claims["claims/centred_k256_ra_minus_topk>=0"] = float(
-            r["centred/k256/ra/stability"] - r["centred/k256/topk/stability"] >= 0.0)
+            r["centred/k256/ra/stability"] - r["centred/k256/topk/stability"] >= 0.0
+        )
     return claims
 
 
@@ -174,10 +193,14 @@ def _print_table(r: dict[str, float], kstars: tuple[int, ...], arms: tuple[str, 
     for kstar in kstars:
         for prep in ("raw", "centred"):
             key = f"{prep}/k{kstar}"
-            cells = [f"{r[f'{key}/{a}/stability']:.3f} ({r[f'{key}/{a}/stability_alive']:.3f}) | "
-                     f"{r[f'{key}/{a}/r2']:.3f} | {r[f'{key}/{a}/dead_fraction']:.2f}" for a in arms]
-            table.add_row(f"{prep}, k*={kstar}", f"{r[f'{key}/floor_points']:.2f} / {r[f'{key}/floor_gaussian']:.2f}",
-                          *cells)
+            cells = [
+                f"{r[f'{key}/{a}/stability']:.3f} ({r[f'{key}/{a}/stability_alive']:.3f}) | "
+                f"{r[f'{key}/{a}/r2']:.3f} | {r[f'{key}/{a}/dead_fraction']:.2f}"
+                for a in arms
+            ]
+            table.add_row(
+                f"{prep}, k*={kstar}", f"{r[f'{key}/floor_points']:.2f} / {r[f'{key}/floor_gaussian']:.2f}", *cells
+            )
     console = Console(width=200)
     console.print(table)
     for name, ok in ((k, v) for k, v in r.items() if k.startswith("claims/")):
@@ -187,7 +210,8 @@ def _print_table(r: dict[str, float], kstars: tuple[int, ...], arms: tuple[str, 
         console.print(
             f"Critique check ({key}): TopK with k-means init reaches stability "
             f"{r[f'{key}/topk-kmeans/stability']:.3f} vs RA-SAE {r[f'{key}/ra/stability']:.3f} and random-init TopK "
-            f"{r[f'{key}/topk/stability']:.3f}: much of the gain comes from the shared k-means initialisation.")
+            f"{r[f'{key}/topk/stability']:.3f}: much of the gain comes from the shared k-means initialisation."
+        )
 
 
 def _plot(r: dict[str, float], kstars: tuple[int, ...], arms: tuple[str, ...], path: Path) -> None:
@@ -205,10 +229,20 @@ def _plot(r: dict[str, float], kstars: tuple[int, ...], arms: tuple[str, ...], p
         axes[1].bar(xs, [r[f"{k}/{arm}/r2"] for k in settings], width, label=ARMS[arm]["label"])
     for s, key in enumerate(settings):
         span = (s - width / 2, s + 0.8 - width / 2)
-        axes[0].hlines(r[f"{key}/floor_points"], *span, colors="k", linestyles="--",
-                       label="floor: random data points" if s == 0 else None)
-        axes[0].hlines(r[f"{key}/floor_gaussian"], *span, colors="grey", linestyles=":",
-                       label="floor: Gaussian dictionaries" if s == 0 else None)
+        axes[0].hlines(
+            r[f"{key}/floor_points"],
+            *span,
+            colors="k",
+            linestyles="--",
+            label="floor: random data points" if s == 0 else None,
+        )
+        axes[0].hlines(
+            r[f"{key}/floor_gaussian"],
+            *span,
+            colors="grey",
+            linestyles=":",
+            label="floor: Gaussian dictionaries" if s == 0 else None,
+        )
     for ax, title in zip(axes, ("stability across runs (matched cosine)", "test R²")):
         ax.set_xticks([s + 0.4 - width / 2 for s in range(len(settings))], settings)
         ax.set_title(title)

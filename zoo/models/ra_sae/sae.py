@@ -39,9 +39,17 @@ class SparseAutoencoder(nn.Module):
         (torch.Size([3, 4]), True)
     """
 
-    def __init__(self, dim: int, num_atoms: int, top_k: int, dictionary: DictionaryKind = "ra", delta: float = 1.0,
-                 use_multiplier: bool = True, num_candidates: int | None = None,
-                 init: Literal["tied", "official"] = "tied") -> None:
+    def __init__(
+        self,
+        dim: int,
+        num_atoms: int,
+        top_k: int,
+        dictionary: DictionaryKind = "ra",
+        delta: float = 1.0,
+        use_multiplier: bool = True,
+        num_candidates: int | None = None,
+        init: Literal["tied", "official"] = "tied",
+    ) -> None:
         super().__init__()
         if dictionary not in ("ra", "a", "free"):
             raise ValueError(f"Expected dictionary to be 'ra', 'a' or 'free', got {dictionary!r}.")
@@ -52,8 +60,11 @@ class SparseAutoencoder(nn.Module):
             self.dictionary: FreeDictionary | RelaxedArchetypalDictionary = FreeDictionary(num_atoms, dim)
         else:
             self.dictionary = RelaxedArchetypalDictionary(
-                num_atoms, torch.zeros(n_cand, dim), delta=delta if dictionary == "ra" else 0.0,
-                use_multiplier=use_multiplier)
+                num_atoms,
+                torch.zeros(n_cand, dim),
+                delta=delta if dictionary == "ra" else 0.0,
+                use_multiplier=use_multiplier,
+            )
         if init == "tied":
             self.encoder.tie_to(self.dictionary.get_dictionary().detach())
 
@@ -84,8 +95,9 @@ class SparseAutoencoder(nn.Module):
         return pre, codes, self.dictionary(codes)
 
 
-def sae_loss(x: Tensor, x_hat: Tensor, pre_codes: Tensor, codes: Tensor, dictionary: Tensor,
-             aux_k_penalty: float = 0.0) -> Tensor:
+def sae_loss(
+    x: Tensor, x_hat: Tensor, pre_codes: Tensor, codes: Tensor, dictionary: Tensor, aux_k_penalty: float = 0.0
+) -> Tensor:
     """MSE reconstruction loss, plus the optional TopK auxiliary loss (official ``top_k_auxiliary_loss``).
 
     AuxK: the ``k // 2`` largest ReLU pre-codes that TopK did *not* keep reconstruct the residual ``x - x_hat``;
