@@ -193,9 +193,20 @@ def test_fit_stops_with_step_number_when_loss_is_nan(monkeypatch: pytest.MonkeyP
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    with pytest.raises(FloatingPointError, match=r"Loss became nan at step \d+ \(epoch 0\)\. Lower model\.lr"):
+    with pytest.raises(FloatingPointError, match=r"Loss became nan at step 2 \(epoch 0\)\. Lower model\.lr"):
         trainer.fit(model, datamodule=dm)
     assert seen == [0, 1, 2]
+    # Stopped before backward: no NaN reached the weights.
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_fit_refuses_corrupt_checkpoint_with_one_clear_message(tmp_path: Path) -> None:
+    """Check that --ckpt_path pointing at a corrupt file exits with one line naming the file, before any training."""
+    bad = tmp_path / "bad.ckpt"
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(SystemExit, match=r"zoo fit: .*bad\.ckpt is not a readable checkpoint"):
+        main(["fit", "-c", CONF, "--ckpt_path", str(bad), *FAST, *_dirs(tmp_path)])
+    assert not (tmp_path / "logs").exists()
 
 
 def test_fit_under_ddp_logs_same_metrics_as_single_process(ddp_run: tuple, single_run: Path) -> None:

@@ -274,3 +274,10 @@ def test_publish_card_lists_only_init_arguments(published: Path) -> None:
     card = (published / "README.md").read_text()
     assert "- `num_atoms`: `64`" in card
     assert "_class_path" not in card and "_instantiator" not in card
+
+
+def test_loaded_sae_rejects_activations_of_the_wrong_width() -> None:
+    """Check that a hub SAE given activations of another width says both shapes and which setting to change."""
+    model = zoo.load("ra-sae")
+    with pytest.raises(ValueError, match=r"activations of shape \(N, 32\), got \(4, 64\)\. Set model\.dim"):
+        model(torch.randn(4, 64))

@@ -10,6 +10,7 @@ from ``conf/``, every init argument overridable, ``--pretrained NAME_OR_DIR`` to
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -91,15 +92,20 @@ def _own_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> None:
     from_sys = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in _LIGHTNING:
-        _lightning_cli(None if from_sys else argv)
-        return
-    args = _own_parser().parse_args(argv)
+    command = argv[0] if argv else ""
     try:
+        if command in _LIGHTNING:
+            _lightning_cli(None if from_sys else argv)
+            return
+        args = _own_parser().parse_args(argv)
         args.func(args)
-    except (KeyError, FileNotFoundError, ValueError) as err:
+    except (KeyError, FileNotFoundError, ValueError, FloatingPointError) as err:
+        # Bad input (unknown name, missing data, corrupt file, NaN loss) gets its one-line message, not a traceback;
+        # ZOO_DEBUG=1 shows the traceback.
+        if os.environ.get("ZOO_DEBUG"):
+            raise
         message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
-        raise SystemExit(f"zoo {args.command}: {message}") from None
+        raise SystemExit(f"zoo {command}: {message}") from None
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import zipfile
+from pathlib import Path
 from typing import Any
 
 from lightning import LightningDataModule, Trainer
@@ -11,6 +14,18 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from zoo.module import ZooModule
 
 __all__ = ["ZooCLI"]
+
+
+def _check_checkpoint(path: Path) -> None:
+    """Refuse a missing or corrupt Lightning checkpoint with one clear error (torch.load's is cryptic)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"No checkpoint at {path}. Pass a .ckpt written by `zoo fit` (see its last lines).")
+    # torch.save writes a zip archive: anything else is truncated or not a checkpoint at all.
+    if not zipfile.is_zipfile(path):
+        raise ValueError(
+            f"{path} is not a readable checkpoint (not a torch zip archive): it is corrupt, truncated or another "
+            "kind of file. Resume from another checkpoint, or drop --ckpt_path to start afresh."
+        )
 
 
 class ZooCLI(LightningCLI):
@@ -46,6 +61,17 @@ class ZooCLI(LightningCLI):
             help="Start from hub weights: an entry name (`zoo list`) or an entry folder. The optimiser starts fresh "
             "(fine-tuning). The model's init args must match the entry's config.json.",
         )
+
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        # LightningCLI reads --ckpt_path's hyperparameters while parsing: check the file before it does.
+        argv = sys.argv[1:] if args is None else args
+        if isinstance(argv, (list, tuple)):
+            for i, arg in enumerate(argv):
+                value = argv[i + 1] if arg == "--ckpt_path" and i + 1 < len(argv) else None
+                value = arg.split("=", 1)[1] if arg.startswith("--ckpt_path=") else value
+                if value and value not in ("last", "best", "hpc", "registry", "null"):
+                    _check_checkpoint(Path(value))
+        super().parse_arguments(parser, args)
 
     def before_instantiate_classes(self) -> None:
         # Fail early, before any data is built, on a pretrained name that does not exist.
