@@ -32,9 +32,23 @@ class _Timer(Callback):
         self.steps = trainer.global_step
 
 
-def lightning_steps_per_second(epochs: int, batch_size: int | None) -> float:
+def _overrides(batch_size: int | None, dim: int | None, num_atoms: int | None) -> tuple[dict, dict]:
+    data = {"batch_size": batch_size} if batch_size else {}
+    model = {}
+    if dim:
+        data["dim"] = model["dim"] = dim
+    if num_atoms:
+        model["num_atoms"] = model["num_candidates"] = num_atoms
+    return model, data
+
+
+def lightning_steps_per_second(
+    epochs: int, batch_size: int | None, dim: int | None = None, num_atoms: int | None = None
+) -> float:
     timer = _Timer()
-    extra = ["--data.init_args.batch_size", str(batch_size)] if batch_size else []
+    model_args, data_args = _overrides(batch_size, dim, num_atoms)
+    extra = [f"--model.init_args.{k}={v}" for k, v in model_args.items()]
+    extra += [f"--data.init_args.{k}={v}" for k, v in data_args.items()]
     cli = ZooCLI(
         args=[
             "-c",
@@ -56,9 +70,12 @@ def lightning_steps_per_second(epochs: int, batch_size: int | None) -> float:
     return timer.steps / timer.seconds
 
 
-def plain_steps_per_second(epochs: int, batch_size: int | None) -> float:
-    model = hub.create("ra-sae")
-    dm = hub.datamodule("ra-sae", **({"batch_size": batch_size} if batch_size else {}))
+def plain_steps_per_second(
+    epochs: int, batch_size: int | None, dim: int | None = None, num_atoms: int | None = None
+) -> float:
+    model_args, data_args = _overrides(batch_size, dim, num_atoms)
+    model = hub.create("ra-sae", **model_args)
+    dm = hub.datamodule("ra-sae", **data_args)
     dm.setup("fit")
     model.set_candidates(dm.candidate_points(model.hparams.num_candidates, seed=model.hparams.candidates_seed))
     sae = model.sae.train()
@@ -81,11 +98,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=None, help="override the conf's data batch size")
+    parser.add_argument("--dim", type=int, default=None, help="override the activation width (data and model)")
+    parser.add_argument("--num-atoms", type=int, default=None, help="override the number of concepts")
     args = parser.parse_args()
     lightning, plain = [], []
     for _ in range(args.repeats):
-        plain.append(plain_steps_per_second(args.epochs, args.batch_size))
-        lightning.append(lightning_steps_per_second(args.epochs, args.batch_size))
+        scale = (args.epochs, args.batch_size, args.dim, args.num_atoms)
+        plain.append(plain_steps_per_second(*scale))
+        lightning.append(lightning_steps_per_second(*scale))
     pl_med, plain_med = statistics.median(lightning), statistics.median(plain)
     print(f"plain loop: {[round(v) for v in plain]} steps/s, median {plain_med:.0f}")
     print(f"zoo fit   : {[round(v) for v in lightning]} steps/s, median {pl_med:.0f}")
