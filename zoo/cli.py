@@ -18,7 +18,7 @@ from typing import Sequence
 __all__ = ["main"]
 
 _LIGHTNING = ("fit", "validate", "test", "predict")
-_OWN = ("list", "info", "reproduce", "publish")
+_OWN = ("list", "info", "reproduce", "publish", "winrate")
 
 
 def _lightning_cli(argv: list[str] | None) -> None:
@@ -64,6 +64,12 @@ def _cmd_publish(args: argparse.Namespace) -> None:
     publish(args.name, dest=Path(args.dest) if args.dest else None, max_epochs=args.max_epochs)
 
 
+def _cmd_winrate(args: argparse.Namespace) -> None:
+    from zoo.models.cv_winrate.estimate import report
+
+    print(report(args.file, human=args.human, synthetic=args.synthetic, level=args.level))
+
+
 def _own_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zoo", description="A PyTorch Lightning model zoo of ICML 2025 papers.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -84,6 +90,14 @@ def _own_parser() -> argparse.ArgumentParser:
     p.add_argument("--dest", default=None, help="entry folder (default: the bundled zoo/pretrained/NAME)")
     p.add_argument("--max-epochs", type=int, default=None, help="override the conf's trainer.max_epochs")
     p.set_defaults(func=_cmd_publish)
+    p = sub.add_parser("winrate", help="unbiased win rate from human labels (some missing) + synthetic scores")
+    p.add_argument(
+        "file", help=".csv or .jsonl with a human label column (empty = unlabelled) and a synthetic score column"
+    )
+    p.add_argument("--human", default="human", help="column of human labels: 1 A wins, 0 B wins, 0.5 tie")
+    p.add_argument("--synthetic", default="synthetic", help="column of synthetic P(A wins), e.g. a reward model's")
+    p.add_argument("--level", type=float, default=0.95, help="confidence level of the interval")
+    p.set_defaults(func=_cmd_winrate)
     for name in _LIGHTNING:
         sub.add_parser(name, help=f"Lightning CLI `{name}` (see `zoo {name} --help`)")
     return parser

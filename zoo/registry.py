@@ -79,9 +79,36 @@ def _sae(name: str, summary: str, *tags: str) -> Entry:
     )
 
 
+_CONTROL_VARIATES = Paper(
+    "Accelerating Unbiased LLM Evaluation via Synthetic Feedback",
+    code="https://github.com/Zanette-Labs/control_variates_evaluation",
+    arxiv="2502.10563",
+)
+
+
+def _cv(name: str, summary: str, *tags: str) -> Entry:
+    # Both reward models share one class, DataModule and reproduction; the conf makes the variant.
+    return Entry(
+        name=name,
+        module="zoo.models.cv_winrate.PairwiseRewardModel",
+        datamodule="datamodules.preferences.PreferenceDataModule",
+        conf=f"{name}.yaml",
+        paper=_CONTROL_VARIATES,
+        summary=summary,
+        reproduce="zoo.models.cv_winrate.reproduce.run",
+        tags=("evaluation", "reward-model", *tags),
+    )
+
+
 # Sorted by name. A variant is another Entry with the same class and another conf.
 ENTRIES: tuple[Entry, ...] = (
     _sae("a-sae", "Archetypal SAE: TopK SAE whose atoms are convex combinations of k-means candidate points."),
+    _cv("cv-winrate", "Fine-tuned reward model whose synthetic preferences make control-variates win rates cheap."),
+    _cv(
+        "cv-winrate-offshelf",
+        "Off-the-shelf (shifted-population) reward model for control-variates evaluation.",
+        "baseline",
+    ),
     _sae("ra-sae", "Relaxed archetypal SAE: atoms stay within delta of the (scaled) convex hull of the data."),
     _sae(
         "topk-sae",

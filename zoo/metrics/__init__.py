@@ -8,14 +8,36 @@ from zoo.metrics.dictionary_stability import (
     stability_floor_gaussian,
     stability_floor_points,
 )
+from zoo.metrics.pair_saving import AnnotationSaving
 from zoo.metrics.reconstruction import ReconstructionR2
+from zoo.metrics.win_rate import (
+    ControlVariatesWinRate,
+    HumanWinRate,
+    SyntheticWinRate,
+    WinRateEstimate,
+    bootstrap_mse,
+    control_variates_win_rate,
+    human_win_rate,
+    ppi_win_rate,
+    synthetic_win_rate,
+)
 
 __all__ = [
+    "AnnotationSaving",
+    "ControlVariatesWinRate",
     "DeadAtomFraction",
     "DictionaryStability",
+    "HumanWinRate",
     "ReconstructionR2",
+    "SyntheticWinRate",
+    "WinRateEstimate",
+    "bootstrap_mse",
+    "control_variates_win_rate",
     "dictionary_stability",
+    "human_win_rate",
     "matched_permutation",
+    "ppi_win_rate",
     "stability_floor_gaussian",
     "stability_floor_points",
+    "synthetic_win_rate",
 ]

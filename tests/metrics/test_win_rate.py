@@ -1,0 +1,254 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from zoo.metrics import (
+    ControlVariatesWinRate,
+    HumanWinRate,
+    SyntheticWinRate,
+    WinRateEstimate,
+    bootstrap_mse,
+    control_variates_win_rate,
+    human_win_rate,
+    ppi_win_rate,
+    synthetic_win_rate,
+)
+
+NAN = float("nan")
+
+
+def _latent_pool(seed: int, N: int, sigma_s: float, beta: float = 1.5, b: float = 0.6) -> tuple[torch.Tensor, ...]:
+    """The card's Part A: u ~ N(0, 1); z = 1[u + ε_h > 0] with 0.5-ties near 0; ẑ = σ(β(u + σ_s ε_s) + b), biased."""
+    g = torch.Generator().manual_seed(seed)
+    u = torch.randn(N, generator=g, dtype=torch.float64)
+    h = u + torch.randn(N, generator=g, dtype=torch.float64)
+    z = (h > 0).double()
+    z[h.abs() < 0.1] = 0.5
+    z_hat = torch.sigmoid(beta * (u + sigma_s * torch.randn(N, generator=g, dtype=torch.float64)) + b)
+    return z, z_hat
+
+
+def _random_labels(seed: int, N: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Labels in {0, 0.5, 1} correlated with scores in [0, 1]; only a random n of the N labels kept (NaN elsewhere)."""
+    g = torch.Generator().manual_seed(seed)
+    z_hat = torch.rand(N, generator=g, dtype=torch.float64)
+    z = (torch.rand(N, generator=g, dtype=torch.float64) < z_hat).double()
+    z[torch.rand(N, generator=g) < 0.1] = 0.5
+    z[torch.randperm(N, generator=g)[n:]] = NAN
+    return z, z_hat
+
+
+def _numpy_cv(z: np.ndarray, z_hat: np.ndarray, ddof_var: int, finite: bool) -> dict[str, float]:
+    labelled = ~np.isnan(z)
+    zH, hH, n, N = z[labelled], z_hat[labelled], labelled.sum(), len(z)
+    alpha = np.cov(zH, hH)[0, 1] / np.var(hH, ddof=ddof_var)  # official: np.cov (ddof 1) / np.var (ddof 0)
+    rho = np.corrcoef(zH, hH)[0, 1]
+    saving = rho**2 * ((1 - n / N) if finite else 1.0)
+    return {
+        "estimate": zH.mean() - alpha * (hH.mean() - z_hat.mean()),
+        "se": np.sqrt((1 - saving) * np.var(zH, ddof=1) / n),
+        "alpha": alpha,
+        "rho": rho,
+        "predicted_saving": saving,
+    }
+
+
+@pytest.mark.parametrize(("alpha_ddof", "ddof_var", "finite"), [("official", 0, True), ("exact", 1, False)])
+def test_control_variates_win_rate_matches_numpy_reference(alpha_ddof, ddof_var, finite):
+    """Check that estimate, se, alpha, rho and saving equal a numpy computation with np.cov / np.var."""
+    z, z_hat = _random_labels(seed=0, N=500, n=120)
+    got = control_variates_win_rate(z.float(), z_hat.float(), alpha_ddof=alpha_ddof, finite_population=finite)
+    expected = _numpy_cv(z.float().double().numpy(), z_hat.float().double().numpy(), ddof_var, finite)
+    for key, value in expected.items():
+        assert getattr(got, key) == pytest.approx(value, rel=1e-9, abs=1e-12), key
+    assert (got.n, got.N) == (120, 500)
+    assert got.rho > 0.3
+
+
+def test_human_and_synthetic_win_rate_match_numpy_reference():
+    """Check that the baselines are the label mean and the score mean with ddof-1 standard errors."""
+    z, z_hat = _random_labels(seed=1, N=300, n=80)
+    zH = z.numpy()[~np.isnan(z.numpy())]
+    human = human_win_rate(z)
+    assert human.estimate == pytest.approx(zH.mean(), rel=1e-12)
+    assert human.se == pytest.approx(zH.std(ddof=1) / math.sqrt(80), rel=1e-9)
+    assert (human.alpha, human.predicted_saving, human.n, human.N) == (0.0, 0.0, 80, 300)
+    assert math.isnan(human.rho)
+    synthetic = synthetic_win_rate(z_hat, z)
+    assert synthetic.estimate == pytest.approx(z_hat.numpy().mean(), rel=1e-12)
+    assert synthetic.se == pytest.approx(z_hat.numpy().std(ddof=1) / math.sqrt(300), rel=1e-9)
+    assert synthetic.rho == pytest.approx(control_variates_win_rate(z, z_hat).rho, rel=1e-12)
+    assert math.isnan(synthetic_win_rate(z_hat).rho) and synthetic_win_rate(z_hat).n == 0
+
+
+def _as_dict(estimate: WinRateEstimate) -> dict[str, float]:
+    return {k: getattr(estimate, k) for k in ("estimate", "se", "alpha", "rho", "predicted_saving")}
+
+
+def _assert_same(computed: dict[str, torch.Tensor], expected: dict[str, float]) -> None:
+    assert list(computed) == list(expected)
+    for key, value in expected.items():
+        assert computed[key].ndim == 0 and computed[key].dtype == torch.float64
+        assert float(computed[key]) == pytest.approx(value, rel=1e-10, abs=1e-12, nan_ok=True), key
+
+
+def test_win_rate_metrics_accumulate_over_batches_like_the_functions():
+    """Check that each Metric fed 3 batches equals its function on the concatenated batches."""
+    z, z_hat = _random_labels(seed=2, N=600, n=150)
+    metrics = {
+        "cv": (ControlVariatesWinRate(), lambda: control_variates_win_rate(z, z_hat)),
+        "cv_exact_fixed": (
+            ControlVariatesWinRate(alpha=0.7, alpha_ddof="exact", finite_population=False),
+            lambda: control_variates_win_rate(z, z_hat, alpha=0.7, alpha_ddof="exact", finite_population=False),
+        ),
+        "human": (HumanWinRate(), lambda: human_win_rate(z)),
+        "synthetic": (SyntheticWinRate(), lambda: synthetic_win_rate(z_hat, z)),
+    }
+    for rows in torch.tensor_split(torch.arange(600), 3):
+        for metric, _ in metrics.values():
+            metric.update(z[rows], z_hat[rows])
+    for metric, function in metrics.values():
+        _assert_same(metric.compute(), _as_dict(function()))
+
+
+def test_win_rate_metric_merge_state_equals_one_metric():
+    """Check that merging the sum states of two metric copies (the DDP sync) equals one metric fed everything."""
+    z, z_hat = _random_labels(seed=3, N=400, n=100)
+    a, b, both = ControlVariatesWinRate(), ControlVariatesWinRate(), ControlVariatesWinRate()
+    a.update(z[:250], z_hat[:250])
+    b.update(z[250:], z_hat[250:])
+    both.update(z, z_hat)
+    a.merge_state(b)
+    _assert_same(a.compute(), {k: float(v) for k, v in both.compute().items()})
+
+
+def test_ppi_win_rate_equals_ppi_formula():
+    """Check that alpha = 1 gives the PPI mean ẑ̄_N + (z̄_H - ẑ̄_H)."""
+    z, z_hat = _random_labels(seed=4, N=300, n=60)
+    labelled = ~torch.isnan(z)
+    expected = float(z_hat.mean() + (z[labelled].mean() - z_hat[labelled].mean()))
+    assert ppi_win_rate(z, z_hat).estimate == pytest.approx(expected, rel=1e-12)
+    assert control_variates_win_rate(z, z_hat, alpha=1.0).estimate == pytest.approx(expected, rel=1e-12)
+    assert ppi_win_rate(z, z_hat).alpha == 1.0
+
+
+@pytest.mark.parametrize("sigma_s", [1.0, 0.5])
+def test_control_variates_win_rate_is_unbiased_and_saves_rho_squared(sigma_s):
+    """Check that on the card's Part A the CV estimate is unbiased, the synthetic one biased, the saving ρ²(1-n/N)."""
+    N, n, reps = 20_000, 200, 4000
+    z, z_hat = _latent_pool(seed=0, N=N, sigma_s=sigma_s)
+    p_star = float(z.mean())
+    rho = float(torch.corrcoef(torch.stack([z, z_hat]))[0, 1])
+    g = torch.Generator().manual_seed(1)
+    # Labelled subsets drawn without replacement from the fixed pool: the n smallest of N uniform keys per row.
+    index = torch.cat([torch.rand(1000, N, generator=g).topk(n, dim=1).indices for _ in range(reps // 1000)])
+    p_cv = torch.empty(reps, dtype=torch.float64)
+    for r in range(reps):  # the public function itself, ~0.4 ms a call
+        z_subset = torch.full_like(z, NAN)
+        z_subset[index[r]] = z[index[r]]
+        p_cv[r] = control_variates_win_rate(z_subset, z_hat).estimate
+    p_h = z[index].mean(dim=1)
+    p_s = synthetic_win_rate(z_hat).estimate
+    se = float(p_cv.std()) / math.sqrt(reps)
+    # Measured (this pool and draw, sigma_s 1.0 / 0.5): bias / SE -1.45 / -1.43 (the human mean of the same subsets is
+    # off by -0.0004 too), synthetic bias +0.090 / +0.101, saving 0.163 / 0.279 vs ρ²(1-n/N) 0.158 / 0.268.
+    assert abs(float(p_cv.mean()) - p_star) < 3 * se
+    assert abs(p_s - p_star) > 0.02
+    saving = 1.0 - float(p_cv.var() / p_h.var())
+    assert saving == pytest.approx(rho**2 * (1 - n / N), abs=0.05)
+    assert rho > 0.3
+
+
+def test_bootstrap_mse_shows_the_predicted_saving():
+    """Check that CV beats human at every n >= 20, decreases with n, and saves ρ²_pool; synthetic MSE is its bias²."""
+    z, z_hat = _latent_pool(seed=0, N=2000, sigma_s=0.5)
+    n_grid = [20, 50, 100, 200, 500, 1000]
+    mse = bootstrap_mse(z, z_hat, n_grid, reps=1000, seed=0)
+    assert set(mse) == {"human", "synthetic", "cv", "ppi"} and mse["cv"].shape == (6,)
+    assert (mse["cv"] < mse["human"]).all()
+    assert (mse["cv"].diff() < 0).all()
+    bias2 = float((z_hat.mean() - z.mean()) ** 2)
+    assert torch.allclose(mse["synthetic"], torch.full((6,), bias2, dtype=torch.float64), rtol=1e-12)
+    # With replacement and an exactly known control mean, the saving is ρ²_pool at every n (no 1 - n/N).
+    rho2 = float(torch.corrcoef(torch.stack([z, z_hat]))[0, 1] ** 2)
+    saving = 1.0 - mse["cv"] / mse["human"]
+    assert float(saving[2:].mean()) == pytest.approx(rho2, abs=0.05)  # measured: 0.299 vs ρ² = 0.276
+
+
+def test_bootstrap_mse_is_seeded_and_selects_methods():
+    """Check that a fixed seed repeats the MSEs and `methods` limits the keys."""
+    z, z_hat = _latent_pool(seed=1, N=300, sigma_s=1.0)
+    first = bootstrap_mse(z, z_hat, [10, 30], reps=50, seed=3, methods=("cv",))
+    assert list(first) == ["cv"]
+    assert torch.equal(first["cv"], bootstrap_mse(z, z_hat, [10, 30], reps=50, seed=3, methods=("cv",))["cv"])
+
+
+def test_control_variates_win_rate_falls_back_to_human_mean_when_scores_are_constant():
+    """Check that var(ẑ_H) = 0 gives alpha 0, rho 0 and the human mean with the human se."""
+    z = torch.tensor([1.0, 0.0, 0.5, 1.0, NAN, NAN])
+    z_hat = torch.tensor([0.7, 0.7, 0.7, 0.7, 0.1, 0.9])
+    cv, human = control_variates_win_rate(z, z_hat), human_win_rate(z)
+    assert (cv.alpha, cv.rho, cv.predicted_saving) == (0.0, 0.0, 0.0)
+    assert cv.estimate == pytest.approx(human.estimate) and cv.se == pytest.approx(human.se)
+    m = ControlVariatesWinRate()
+    m.update(z, z_hat)
+    assert float(m.compute()["alpha"]) == 0.0
+
+
+def test_control_variates_win_rate_has_negative_rho_when_scores_are_flipped():
+    """Check that a flipped ẑ (1 - ẑ) gives rho < 0, the same saving, and still an unbiased-form estimate."""
+    z, z_hat = _random_labels(seed=5, N=500, n=150)
+    right, flipped = control_variates_win_rate(z, z_hat), control_variates_win_rate(z, 1 - z_hat)
+    assert right.rho > 0.3 and flipped.rho == pytest.approx(-right.rho)
+    assert flipped.alpha == pytest.approx(-right.alpha) and flipped.estimate == pytest.approx(right.estimate)
+
+
+def test_win_rate_estimate_interval_is_normal():
+    """Check that the 95% interval is estimate ± 1.96 se and a bad level raises."""
+    low, high = WinRateEstimate(0.5, 0.1, 0.0, NAN, 0.0, 10, 10).interval(0.95)
+    assert (low, high) == pytest.approx((0.5 - 0.195996, 0.5 + 0.195996), abs=1e-6)
+    with pytest.raises(ValueError, match="Expected argument `level` to be a float in \\(0, 1\\) but got 95"):
+        WinRateEstimate(0.5, 0.1, 0.0, NAN, 0.0, 10, 10).interval(95)
+
+
+def test_win_rate_raises_on_bad_input():
+    """Check that bad labels, too few labels, non-finite or out-of-range scores and bad shapes raise ValueErrors."""
+    z_hat = torch.tensor([0.2, 0.4, 0.6, 0.8])
+    with pytest.raises(ValueError, match=r"0 \(B wins\), 0.5 \(tie\), 1 \(A wins\) or NaN .* got \[0.25, 2.0\]"):
+        control_variates_win_rate(torch.tensor([1.0, 0.25, 2.0, 0.0]), z_hat)
+    with pytest.raises(ValueError, match="at least 2 human labels .* but got 1"):
+        control_variates_win_rate(torch.tensor([1.0, NAN, NAN, NAN]), z_hat)
+    with pytest.raises(ValueError, match="at least 2 human labels .* but got 0"):
+        human_win_rate(torch.full((3,), NAN))
+    with pytest.raises(ValueError, match="`z_hat` to be finite, but got NaN or inf at 2 positions"):
+        control_variates_win_rate(torch.tensor([1.0, 0.0, 1.0, 0.0]), torch.tensor([0.2, NAN, float("inf"), 0.5]))
+    with pytest.raises(ValueError, match=r"`z_hat` in \[0, 1\] .* got values in \[-0.5, 1.5\]"):
+        control_variates_win_rate(torch.tensor([1.0, 0.0, 1.0, 0.0]), torch.tensor([-0.5, 0.5, 1.5, 0.5]))
+    with pytest.raises(ValueError, match=r"1-D of the same length \(N,\), got \(4,\) and \(3,\)"):
+        control_variates_win_rate(torch.tensor([1.0, 0.0, 1.0, 0.0]), z_hat[:3])
+    with pytest.raises(ValueError, match=r"got \(2, 2\) and \(2, 2\)"):
+        ControlVariatesWinRate().update(torch.ones(2, 2), torch.ones(2, 2))
+    with pytest.raises(ValueError, match="every pair of the pool to be labelled, but `z` has 1 NaN"):
+        bootstrap_mse(torch.tensor([1.0, 0.0, NAN, 1.0]), z_hat, [2])
+    with pytest.raises(ValueError, match=r"`n_grid` to hold ints >= 2 .* got \[1\]"):
+        bootstrap_mse(torch.tensor([1.0, 0.0, 0.0, 1.0]), z_hat, [1])
+    with pytest.raises(ValueError, match=r"`methods` among \['human', 'synthetic', 'cv', 'ppi'\] but got \['ols'\]"):
+        bootstrap_mse(torch.tensor([1.0, 0.0, 0.0, 1.0]), z_hat, [2], methods=["ols"])
+
+
+def test_win_rate_metrics_raise_on_bad_arguments():
+    """Check that bad init arguments, a missing input and computing before 2 labels raise clear errors."""
+    with pytest.raises(
+        ValueError, match="Expected argument `alpha_ddof` to be one of 'official', 'exact' but got 'np'"
+    ):
+        ControlVariatesWinRate(alpha_ddof="np")
+    with pytest.raises(ValueError, match="Expected argument `alpha` to be None or a finite float but got nan"):
+        control_variates_win_rate(torch.tensor([1.0, 0.0]), torch.tensor([0.5, 0.5]), alpha=NAN)
+    with pytest.raises(TypeError, match="SyntheticWinRate.update needs `z_hat`, got None"):
+        SyntheticWinRate().update(torch.tensor([1.0, 0.0]))
+    m = HumanWinRate()
+    m.update(torch.tensor([1.0, NAN]))
+    with pytest.raises(ValueError, match="at least 2 human labels .* but got 1"):
+        m.compute()
