@@ -15,11 +15,12 @@ from typing import Any, Literal, Sequence
 
 import numpy as np
 import torch
-from lightning import LightningDataModule
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
-__all__ = ["ActivationsDataModule", "ActivationArray", "make_sparse_concepts", "identity_collate"]
+from datamodules.base import BatchedDataModule
+
+__all__ = ["ActivationsDataModule", "ActivationArray", "make_sparse_concepts"]
 
 
 def make_sparse_concepts(
@@ -58,11 +59,6 @@ def make_sparse_concepts(
     codes = torch.zeros(n, num_atoms).scatter_(1, index, weights)
     x = codes @ atoms + noise * torch.randn(n, dim, generator=g)
     return x, atoms
-
-
-def identity_collate(batch: Any) -> Any:
-    """Collate for datasets with ``__getitems__``: the dataset already returns the whole batch."""
-    return batch
 
 
 class ActivationArray(Dataset):
@@ -123,7 +119,7 @@ class ActivationArray(Dataset):
         return (total / max(len(self), 1)).float()
 
 
-class ActivationsDataModule(LightningDataModule):
+class ActivationsDataModule(BatchedDataModule):
     """Activations for SAEs: the RA-SAE card's synthetic concepts by default, or an ``.npy`` / cache folder.
 
     Splits are made with a seeded generator: test and validation fractions of the pool (for ``"npy"``, the test
@@ -244,31 +240,6 @@ class ActivationsDataModule(LightningDataModule):
             if test_pool is not None
             else ActivationArray(pool, np.sort(test_rows), self.offset)
         )
-
-    # ----------------------------------------------------------------------------------------------- loaders
-    def _loader(self, dataset: ActivationArray | None, shuffle: bool) -> DataLoader:
-        if dataset is None:
-            raise RuntimeError("Call ActivationsDataModule.setup() before asking for a dataloader.")
-        return DataLoader(
-            dataset,
-            batch_size=self.hparams.batch_size,
-            shuffle=shuffle,
-            collate_fn=identity_collate,
-            num_workers=self.hparams.num_workers,
-            persistent_workers=self.hparams.num_workers > 0,
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, shuffle=False)
-
-    def predict_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, shuffle=False)
 
     # ----------------------------------------------------------------------------------------------- SAE hooks
     @property

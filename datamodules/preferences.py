@@ -20,11 +20,10 @@ from typing import Any, Literal, Sequence
 
 import numpy as np
 import torch
-from lightning import LightningDataModule
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
-from datamodules.activations import identity_collate
+from datamodules.base import BatchedDataModule
 
 __all__ = ["PairwisePreferences", "PreferenceDataModule", "make_tiny_arena", "read_preference_rows"]
 
@@ -327,7 +326,7 @@ def read_preference_rows(path: str | Path) -> tuple[dict[str, Tensor | list[str]
     return columns, names
 
 
-class PreferenceDataModule(LightningDataModule):
+class PreferenceDataModule(BatchedDataModule):
     """Pairwise human preferences with leave-one-LLM-out splits (cv-winrate card §1, fine-tuning protocol; §7).
 
     With ``holdout_llm=k``, training and validation hold every comparison that does **not** involve LLM k (a seeded
@@ -439,31 +438,6 @@ class PreferenceDataModule(LightningDataModule):
             train_rows = train_rows[data.columns["z"][train_rows].numpy() != 0.5]
         self.train_set = PairwisePreferences(data.columns, train_rows)
         self.val_set = PairwisePreferences(data.columns, np.sort(val_rows))
-
-    # ----------------------------------------------------------------------------------------------- loaders
-    def _loader(self, dataset: PairwisePreferences | None, shuffle: bool) -> DataLoader:
-        if dataset is None:
-            raise RuntimeError("Call PreferenceDataModule.setup() before asking for a dataloader.")
-        return DataLoader(
-            dataset,
-            batch_size=self.hparams.batch_size,
-            shuffle=shuffle,
-            collate_fn=identity_collate,
-            num_workers=self.hparams.num_workers,
-            persistent_workers=self.hparams.num_workers > 0,
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, shuffle=False)
-
-    def predict_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, shuffle=False)
 
     # ----------------------------------------------------------------------------------------------- evaluation
     def _split(self, split: str) -> PairwisePreferences:

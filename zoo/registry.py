@@ -58,59 +58,66 @@ class Entry:
         return self.name.replace("-", "_")
 
 
-_ARCHETYPAL_SAE = Paper(
-    "Archetypal SAE: Adaptive and Stable Dictionary Learning for Concept Extraction in Large Vision Models",
-    code="https://github.com/KempnerInstitute/overcomplete",
-    arxiv="2502.12892",
+@dataclass(frozen=True)
+class _Family:
+    """What the entries of one paper share: class, DataModule, paper, reproduction and tags."""
+
+    module: str
+    datamodule: str
+    paper: Paper
+    reproduce: str | None = None
+    tags: tuple[str, ...] = ()
+
+    def entry(self, name: str, summary: str, *tags: str) -> Entry:
+        # A variant is the same class with another conf: conf/<name>.yaml.
+        return Entry(
+            name=name,
+            module=self.module,
+            datamodule=self.datamodule,
+            conf=f"{name}.yaml",
+            paper=self.paper,
+            summary=summary,
+            reproduce=self.reproduce,
+            tags=(*self.tags, *tags),
+        )
+
+
+_SAE = _Family(
+    module="zoo.models.ra_sae.RASAE",
+    datamodule="datamodules.activations.ActivationsDataModule",
+    paper=Paper(
+        "Archetypal SAE: Adaptive and Stable Dictionary Learning for Concept Extraction in Large Vision Models",
+        code="https://github.com/KempnerInstitute/overcomplete",
+        arxiv="2502.12892",
+    ),
+    reproduce="zoo.models.ra_sae.reproduce.run",
+    tags=("sae", "interpretability"),
+)
+_CV_WINRATE = _Family(
+    module="zoo.models.cv_winrate.PairwiseRewardModel",
+    datamodule="datamodules.preferences.PreferenceDataModule",
+    paper=Paper(
+        "Accelerating Unbiased LLM Evaluation via Synthetic Feedback",
+        code="https://github.com/Zanette-Labs/control_variates_evaluation",
+        arxiv="2502.10563",
+    ),
+    reproduce="zoo.models.cv_winrate.reproduce.run",
+    tags=("evaluation", "reward-model"),
 )
 
-
-def _sae(name: str, summary: str, *tags: str) -> Entry:
-    # The three SAE entries share one class, DataModule and reproduction; the conf makes the variant.
-    return Entry(
-        name=name,
-        module="zoo.models.ra_sae.RASAE",
-        datamodule="datamodules.activations.ActivationsDataModule",
-        conf=f"{name}.yaml",
-        paper=_ARCHETYPAL_SAE,
-        summary=summary,
-        reproduce="zoo.models.ra_sae.reproduce.run",
-        tags=("sae", "interpretability", *tags),
-    )
-
-
-_CONTROL_VARIATES = Paper(
-    "Accelerating Unbiased LLM Evaluation via Synthetic Feedback",
-    code="https://github.com/Zanette-Labs/control_variates_evaluation",
-    arxiv="2502.10563",
-)
-
-
-def _cv(name: str, summary: str, *tags: str) -> Entry:
-    # Both reward models share one class, DataModule and reproduction; the conf makes the variant.
-    return Entry(
-        name=name,
-        module="zoo.models.cv_winrate.PairwiseRewardModel",
-        datamodule="datamodules.preferences.PreferenceDataModule",
-        conf=f"{name}.yaml",
-        paper=_CONTROL_VARIATES,
-        summary=summary,
-        reproduce="zoo.models.cv_winrate.reproduce.run",
-        tags=("evaluation", "reward-model", *tags),
-    )
-
-
-# Sorted by name. A variant is another Entry with the same class and another conf.
+# Sorted by name.
 ENTRIES: tuple[Entry, ...] = (
-    _sae("a-sae", "Archetypal SAE: TopK SAE whose atoms are convex combinations of k-means candidate points."),
-    _cv("cv-winrate", "Fine-tuned reward model whose synthetic preferences make control-variates win rates cheap."),
-    _cv(
+    _SAE.entry("a-sae", "Archetypal SAE: TopK SAE whose atoms are convex combinations of k-means candidate points."),
+    _CV_WINRATE.entry(
+        "cv-winrate", "Fine-tuned reward model whose synthetic preferences make control-variates win rates cheap."
+    ),
+    _CV_WINRATE.entry(
         "cv-winrate-offshelf",
         "Off-the-shelf (shifted-population) reward model for control-variates evaluation.",
         "baseline",
     ),
-    _sae("ra-sae", "Relaxed archetypal SAE: atoms stay within delta of the (scaled) convex hull of the data."),
-    _sae(
+    _SAE.entry("ra-sae", "Relaxed archetypal SAE: atoms stay within delta of the (scaled) convex hull of the data."),
+    _SAE.entry(
         "topk-sae",
         "Baseline TopK SAE with a free, row-normalised dictionary (the archetypal SAE's comparison).",
         "baseline",
