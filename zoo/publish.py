@@ -44,7 +44,13 @@ def _class_path(obj: Any) -> str:
 
 
 def render_card(
-    name: str, model: Any, datamodule: Any, metrics: dict[str, float], command: str, train_seconds: float
+    name: str,
+    model: Any,
+    datamodule: Any,
+    metrics: dict[str, float],
+    command: str,
+    train_seconds: float,
+    pretrained: str | None = None,
 ) -> str:
     """The model card (``README.md``) of a hub entry: what, data, command, metrics, versions, limits."""
     entry = get_entry(name)
@@ -56,6 +62,7 @@ def render_card(
     notes = model.card_notes() if hasattr(model, "card_notes") else ""
     code = f" Official code: {entry.paper.code}." if entry.paper.code else ""
     arxiv = f" arXiv {entry.paper.arxiv}." if entry.paper.arxiv else ""
+    start = f"\n- Started from: the hub entry `{pretrained}` (fine-tuned from its weights)" if pretrained else ""
     return f"""---
 library_name: zoo
 tags: [zoo, {", ".join(entry.tags)}]
@@ -77,7 +84,7 @@ dm = zoo.datamodule("{name}")     # the data it was trained on
 ## Training
 
 - Class: `{_class_path(model)}`
-- Data: {data}
+- Data: {data}{start}
 - Command: `{command}` (conf `conf/{entry.conf}`), {train_seconds:.0f} s on this machine ({
         platform.processor() or platform.machine()
     }).
@@ -132,7 +139,9 @@ def publish(
     if extra_args:
         command += "  # plus Lightning CLI arguments: " + shlex.join(extra_args)
     dm = cli.datamodule
+    pretrained = cli.config.get("pretrained")
     meta = {
+        "pretrained": pretrained,
         "name": name,
         "module": entry.module,
         "datamodule": {
@@ -146,6 +155,8 @@ def publish(
         "versions": library_versions(),
     }
     dest = Path(dest) if dest is not None else hub.BUNDLED / name
-    hub.write_entry(model, dest, zoo_meta=meta, card_text=render_card(name, model, dm, metrics, command, seconds))
+    hub.write_entry(
+        model, dest, zoo_meta=meta, card_text=render_card(name, model, dm, metrics, command, seconds, pretrained)
+    )
     print(f"Published {name} to {dest}: " + ", ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items())))
     return dest

@@ -19,6 +19,7 @@ from zoo.metrics.win_rate import (
     control_variates_win_rate,
     human_win_rate,
     ppi_win_rate,
+    subset_estimates,
     synthetic_win_rate,
 )
 
@@ -32,6 +33,7 @@ __all__ = [
     "SyntheticWinRate",
     "WinRateEstimate",
     "bootstrap_mse",
+    "subset_estimates",
     "control_variates_win_rate",
     "dictionary_stability",
     "human_win_rate",

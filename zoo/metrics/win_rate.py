@@ -46,6 +46,7 @@ __all__ = [
     "SyntheticWinRate",
     "WinRateEstimate",
     "bootstrap_mse",
+    "subset_estimates",
     "control_variates_win_rate",
     "human_win_rate",
     "ppi_win_rate",
@@ -445,16 +446,40 @@ def bootstrap_mse(
 
     z64, h64 = z.detach().double(), z_hat.detach().double()
     p_star = sums[1] / sums[0]
-    pool = sums[6:]
     generator = torch.Generator().manual_seed(seed)
     out: dict[str, list[Tensor]] = {m: [] for m in methods}
     for n in n_grid:
         index = torch.randint(z.numel(), (reps, n), generator=generator).to(z.device)
-        # One (reps, 9) table of sums: the labelled part per replicate, the pool part shared by all.
-        batch = torch.cat([_labelled_sums(z64[index], h64[index]), pool.expand(reps, 3)], dim=-1)
+        estimates = subset_estimates(z64[index], h64[index], h64, methods)
         for m in methods:
-            out[m].append((_method_estimate(m, batch) - p_star).square().mean())
+            out[m].append((estimates[m] - p_star).square().mean())
     return {m: torch.stack(v) for m, v in out.items()}
+
+
+def subset_estimates(
+    z_sub: Tensor, z_hat_sub: Tensor, z_hat_pool: Tensor, methods: Sequence[str] = ("human", "cv")
+) -> dict[str, Tensor]:
+    """Estimates for many labelled subsets at once (bootstraps, simulations): one batched op, no loop over subsets.
+
+    Args:
+        z_sub: ``(reps, n)`` human labels of each subset.
+        z_hat_sub: ``(reps, n)`` synthetic scores of the same pairs.
+        z_hat_pool: ``(N,)`` synthetic scores of every pair: the control mean ``ẑ̄_N``.
+        methods: any of ``"human"``, ``"synthetic"``, ``"cv"`` (α̂ per subset, official ddof), ``"ppi"``.
+
+    Returns:
+        ``{method: (reps,) float64}``.
+
+    Example:
+        >>> z_hat = torch.tensor([0.9, 0.2, 0.7, 0.4])
+        >>> est = subset_estimates(torch.tensor([[1.0, 0.0], [1.0, 1.0]]), torch.tensor([[0.9, 0.2], [0.9, 0.7]]), z_hat)
+        >>> est["human"].tolist()
+        [0.5, 1.0]
+    """
+    # One (reps, 9) table of sums: the labelled part per subset, the pool part shared by all.
+    pool = _pool_sums(z_hat_pool)
+    sums = torch.cat([_labelled_sums(z_sub, z_hat_sub), pool.expand(*z_sub.shape[:-1], 3)], dim=-1)
+    return {m: _method_estimate(m, sums) for m in methods}
 
 
 # --------------------------------------------------------------------------------------------------------- metrics

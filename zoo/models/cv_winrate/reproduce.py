@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from zoo.metrics.win_rate import bootstrap_mse
+from zoo.metrics.win_rate import bootstrap_mse, subset_estimates
 from zoo.models.cv_winrate.scorer import MLPScorer, bradley_terry_loss
 
 __all__ = ["run", "simulate_feedback", "fit_scorer"]
@@ -50,14 +50,10 @@ def _subset_estimates(z: Tensor, z_hat: Tensor, n: int, reps: int, seed: int) ->
     human, cv = [], []
     for start in range(0, reps, 500):  # chunks keep the (chunk, N) random keys small
         chunk = min(500, reps - start)
-        idx = torch.rand(chunk, len(z), generator=g).topk(n, dim=1).indices  # Gumbel-free top-k = uniform subset
-        zH, hH = z[idx], z_hat[idx]
-        dz, dh = zH - zH.mean(1, keepdim=True), hH - hH.mean(1, keepdim=True)
-        # official alpha: covariance with ddof 1 over variance with ddof 0 (ControlVariatesEvaluatorV4)
-        var = dh.square().mean(1)
-        alpha = torch.where(var > 0, (dz * dh).sum(1) / (n - 1) / var, torch.zeros_like(var))
-        human.append(zH.mean(1))
-        cv.append(zH.mean(1) - alpha * (hH.mean(1) - z_hat.mean()))
+        idx = torch.rand(chunk, len(z), generator=g).topk(n, dim=1).indices  # top-n of iid keys: a uniform subset
+        estimates = subset_estimates(z[idx], z_hat[idx], z_hat, ("human", "cv"))
+        human.append(estimates["human"])
+        cv.append(estimates["cv"])
     return torch.cat(human), torch.cat(cv)
 
 
