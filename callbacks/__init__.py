@@ -1,5 +1,8 @@
 """Lightning callbacks that work with any zoo module exposing the documented properties."""
 
+from callbacks.images import log_figure
 from callbacks.sae_stability import SAEStability
+from callbacks.streaming_ap import StreamingAveragePrecision
+from callbacks.weight_trace import WeightTrace
 
-__all__ = ["SAEStability"]
+__all__ = ["SAEStability", "StreamingAveragePrecision", "WeightTrace", "log_figure"]

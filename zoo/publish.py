@@ -132,7 +132,10 @@ def publish(
     start = time.perf_counter()
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     seconds = time.perf_counter() - start
+    # Streaming models (SEAD) change their state while they are tested: publish the state that fit left.
+    trained = {k: v.detach().clone() for k, v in cli.model.state_dict().items()}
     results = cli.trainer.test(cli.model, datamodule=cli.datamodule, verbose=False)
+    cli.model.load_state_dict(trained)
     metrics = {k: float(v) for k, v in results[0].items() if k.startswith("test/")}
     model = cli.model.cpu().eval()
     command = "zoo publish " + shlex.join([name] + (["--max-epochs", str(max_epochs)] if max_epochs else []))

@@ -105,6 +105,14 @@ _CV_WINRATE = _Family(
     tags=("evaluation", "reward-model"),
 )
 
+_SEAD = _Family(
+    module="zoo.models.sead.SEAD",
+    datamodule="datamodules.streams.StreamDataModule",
+    paper=Paper("SEAD: Unsupervised Ensemble of Streaming Anomaly Detectors"),
+    reproduce="zoo.models.sead.reproduce.run",
+    tags=("anomaly-detection", "streaming"),
+)
+
 # Sorted by name.
 ENTRIES: tuple[Entry, ...] = (
     _SAE.entry("a-sae", "Archetypal SAE: TopK SAE whose atoms are convex combinations of k-means candidate points."),
@@ -117,6 +125,9 @@ ENTRIES: tuple[Entry, ...] = (
         "baseline",
     ),
     _SAE.entry("ra-sae", "Relaxed archetypal SAE: atoms stay within delta of the (scaled) convex hull of the data."),
+    _SEAD.entry(
+        "sead", "Streaming ensemble of anomaly detectors: multiplicative weights with share over normalised scores."
+    ),
     _SAE.entry(
         "topk-sae",
         "Baseline TopK SAE with a free, row-normalised dictionary (the archetypal SAE's comparison).",
