@@ -25,6 +25,20 @@ def _lightning_cli(argv: list[str] | None) -> None:
     from zoo.lightning_cli import ZooCLI
 
     ZooCLI(args=argv)  # None: LightningCLI reads sys.argv itself
+    _close_process_group()
+
+
+def _close_process_group() -> None:
+    """Tear down a DDP process group before the interpreter exits.
+
+    Lightning leaves it open; at exit gloo's threads are then killed mid-flight and the process can abort
+    ("terminate called without an active exception", exit -6) after a run that succeeded.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def _cmd_list(args: argparse.Namespace) -> None:
