@@ -6,10 +6,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from torchmetrics.classification import BinaryAveragePrecision
+
+from callbacks.stages import EvaluationStages
 
 __all__ = ["StreamingAveragePrecision"]
 
@@ -23,7 +25,7 @@ def _metric() -> BinaryAveragePrecision:
     return BinaryAveragePrecision(thresholds=None, ignore_index=-1, normalization=None)
 
 
-class StreamingAveragePrecision(Callback):
+class StreamingAveragePrecision(EvaluationStages):
     """Average precision (APS) of a stream's anomaly scores against its labels, leaving out the warm-up.
 
     Works with any module whose ``validation_step``/``test_step``/``predict_step`` returns a dict with
@@ -75,58 +77,16 @@ class StreamingAveragePrecision(Callback):
         # Nothing to check before the first batch: the outputs' keys are only known then (checked once per stage).
         self._checked.clear()
 
-    def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._reset("val")
+    def stage_start(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        self._reset(stage)
 
-    def on_test_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._reset("test")
-
-    def on_predict_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._reset("predict")
-
-    def on_validation_batch_end(
-        self,
-        trainer: Trainer,
-        pl_module: LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
+    def stage_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, stage: str, outputs: Any, batch: Any
     ) -> None:
-        if not trainer.sanity_checking:
-            self._update("val", pl_module, outputs, batch)
+        self._update(stage, pl_module, outputs, batch)
 
-    def on_test_batch_end(
-        self,
-        trainer: Trainer,
-        pl_module: LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        self._update("test", pl_module, outputs, batch)
-
-    def on_predict_batch_end(
-        self,
-        trainer: Trainer,
-        pl_module: LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        self._update("predict", pl_module, outputs, batch)
-
-    def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if not trainer.sanity_checking:
-            self._finish("val", pl_module, log=True)
-
-    def on_test_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._finish("test", pl_module, log=True)
-
-    def on_predict_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._finish("predict", pl_module, log=False)  # predict has no self.log: see results["predict"]
+    def stage_end(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        self._finish(stage, pl_module, log=stage != "predict")  # predict has no self.log: see results["predict"]
 
     # ------------------------------------------------------------------------------------------------ internals
     def _reset(self, stage: str) -> None:

@@ -6,15 +6,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch import LightningModule, Trainer
 from torch import Tensor
 
 from callbacks.images import log_figure
+from callbacks.stages import EvaluationStages
 
 __all__ = ["WeightTrace"]
 
 
-class WeightTrace(Callback):
+class WeightTrace(EvaluationStages):
     """Trace ``pl_module.weights`` after every batch of a pass and log the trace as a heat-map image.
 
     Requires ``pl_module.weights``: an ``(M,)`` tensor (a property), e.g. the detector weights of an ensemble
@@ -64,58 +65,16 @@ class WeightTrace(Callback):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         self._weights(pl_module)
 
-    def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+    def stage_start(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         self._columns = []
 
-    def on_test_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._columns = []
-
-    def on_predict_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._columns = []
-
-    def on_validation_batch_end(
-        self,
-        trainer: Trainer,
-        pl_module: LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        if not trainer.sanity_checking:
-            self._record(pl_module)
-
-    def on_test_batch_end(
-        self,
-        trainer: Trainer,
-        pl_module: LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
+    def stage_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, stage: str, outputs: Any, batch: Any
     ) -> None:
         self._record(pl_module)
 
-    def on_predict_batch_end(
-        self,
-        trainer: Trainer,
-        pl_module: LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        self._record(pl_module)
-
-    def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if not trainer.sanity_checking:
-            self._finish(trainer, "val")
-
-    def on_test_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._finish(trainer, "test")
-
-    def on_predict_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._finish(trainer, "predict")
+    def stage_end(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        self._finish(trainer, stage)
 
     # ------------------------------------------------------------------------------------------------ internals
     def _weights(self, pl_module: LightningModule) -> Tensor:
