@@ -12,6 +12,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
+from callbacks.interface import required_tensor
 from zoo.metrics import dictionary_stability, stability_floor_gaussian, stability_floor_points
 
 __all__ = ["SAEStability"]
@@ -191,14 +192,7 @@ class SAEStability(Callback):
         self.previous = state_dict.get("previous")
 
     def _dictionary(self, pl_module: LightningModule) -> Tensor:
-        D = getattr(pl_module, "dictionary", None)
-        if not isinstance(D, Tensor) or D.ndim != 2:
-            got = f"a tensor of shape {tuple(D.shape)}" if isinstance(D, Tensor) else type(D).__name__
-            raise TypeError(
-                f"SAEStability needs `{type(pl_module).__name__}.dictionary` as a (num_atoms, dim) "
-                f"tensor, got {got}. Add that property, or remove the callback."
-            )
-        return D
+        return required_tensor(self, pl_module, "dictionary", 2, "a (num_atoms, dim) tensor")
 
     def _subsample(self, D: Tensor) -> Tensor:
         if D.shape[0] <= self.max_atoms:

@@ -10,6 +10,7 @@ from lightning.pytorch import LightningModule, Trainer
 from torch import Tensor
 
 from callbacks.images import log_figure
+from callbacks.interface import required_tensor
 from callbacks.stages import EvaluationStages
 
 __all__ = ["WeightTrace"]
@@ -78,14 +79,7 @@ class WeightTrace(EvaluationStages):
 
     # ------------------------------------------------------------------------------------------------ internals
     def _weights(self, pl_module: LightningModule) -> Tensor:
-        w = getattr(pl_module, "weights", None)
-        if not isinstance(w, Tensor) or w.ndim != 1:
-            got = f"a tensor of shape {tuple(w.shape)}" if isinstance(w, Tensor) else type(w).__name__
-            raise TypeError(
-                f"WeightTrace needs `{type(pl_module).__name__}.weights` as an (M,) tensor of detector weights, "
-                f"got {got}. Add that property, or remove the callback."
-            )
-        return w
+        return required_tensor(self, pl_module, "weights", 1, "an (M,) tensor of detector weights")
 
     def _record(self, pl_module: LightningModule) -> None:
         # Stay on the device: no host sync per batch; the columns are stacked and moved once at the epoch end.
