@@ -239,6 +239,49 @@ def test_normalizer_rejects_bad_arguments_and_shapes() -> None:
         QuantileNormalizer(2).normalize(torch.zeros(3))
 
 
+@pytest.mark.parametrize("mode", ["quantile_minmax", "cdf"])
+@pytest.mark.parametrize("capacity", [8, 64, 1024])
+def test_normalizer_forward_chunk_equals_row_by_row(mode: str, capacity: int) -> None:
+    """Check that forward_chunk over uneven chunks equals forward row by row, bit for bit, through compactions,
+    ties, a constant detector and NaN/inf scores."""
+    g = torch.Generator().manual_seed(0)
+    S = torch.randn(1500, 5, generator=g).exp()
+    S[:, 2] = 1.0
+    S[5:9, 1] = float("nan")
+    S[100, 3] = float("inf")
+    S[:, 4] = (S[:, 4] * 4).round()
+    a, b = QuantileNormalizer(5, mode=mode, capacity=capacity), QuantileNormalizer(5, mode=mode, capacity=capacity)
+    expected = torch.stack([a(s) for s in S])
+    chunks, i = [], 0
+    for size in (1, 5, 40, 100, 3, 500, 851):
+        chunks.append(b.forward_chunk(S[i : i + size]))
+        i += size
+    assert torch.equal(torch.cat(chunks), expected)
+    assert all(torch.equal(u, v) for u, v in zip(a.state_dict().values(), b.state_dict().values()))
+    if capacity == 8:
+        assert int(b.level.max()) > 0
+
+
+def test_hedge_update_many_equals_update_loop() -> None:
+    """Check that update_many returns the weights before/after each active update, as update() called in a loop."""
+    g = torch.Generator().manual_seed(1)
+    losses = torch.rand(300, 6, generator=g)
+    active = torch.arange(300) >= 40
+    a, b = Hedge(6, share=1e-3), Hedge(6, share=1e-3)
+    before, after = [], []
+    for loss, on in zip(losses, active):
+        before.append(a.weights())
+        if on:
+            a.update(loss)
+        after.append(a.weights())
+    got_before, got_after = b.update_many(losses, active)
+    torch.testing.assert_close(got_before, torch.stack(before), rtol=0, atol=1e-7)
+    torch.testing.assert_close(got_after, torch.stack(after), rtol=0, atol=1e-7)
+    torch.testing.assert_close(b.log_w, a.log_w, rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="non-finite"):
+        b.update_many(torch.full((2, 6), float("nan")), torch.ones(2, dtype=torch.bool))
+
+
 # ------------------------------------------------------------------------------------------------- checkpointing
 
 

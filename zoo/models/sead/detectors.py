@@ -1,10 +1,13 @@
-"""Streaming anomaly detectors for the SEAD pool (card §2, §5, §6): plain torch, one point at a time.
+"""Streaming anomaly detectors for the SEAD pool (card §2, §5, §6): plain torch, vectorised over chunks of the stream.
 
 Every detector follows the prequential order of SEAD (card §2.4, §9): ``score(x)`` uses only the points learned
-so far, then ``learn(x)`` inserts x. The *entire* state of a detector is registered buffers (windows, counters,
-histograms, trees, sketches), so ``state_dict`` / safetensors checkpoint and restore a warmed-up detector exactly;
-the only Python attributes are constants of the config. Each detector is vectorised over its window, projections,
-components or trees (only HalfSpaceTrees loops over the ``depth`` levels of a traversal).
+so far, then ``learn(x)`` inserts x. ``score_learn_chunk(X)`` runs that order over an ordered chunk ``(B, d)`` in a
+few batched tensor ops: row b is scored by the state that has learnt rows 0..b-1 of the chunk (band masks over the
+window, prefix sums and counts within the chunk), so its scores equal ``B`` calls of ``score_learn`` (tested), only
+without per-point overhead. Each detector has one implementation, ``_process(X, score, learn)``; the per-point
+methods are its chunk of one row. The *entire* state of a detector is registered buffers (windows, counters,
+histograms, trees, sums), so ``state_dict`` / safetensors checkpoint and restore a warmed-up detector exactly; the
+only Python attributes are constants of the config.
 
 The paper used the PySAD implementations (card §5); these are re-implementations from the algorithms'
 descriptions, not ports, and their scores are raw (SEAD's normaliser maps them to [0, 1]).
@@ -17,6 +20,7 @@ import inspect
 import math
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -76,18 +80,28 @@ class StreamDetector(nn.Module):
         """``{"name": ..., "params": {...}}``, JSON-serialisable; ``build_detector(config, dim, seed)`` rebuilds it."""
         return {"name": self.name, "params": dict(self._params)}
 
-    def _check(self, x: Tensor, where: str) -> Tensor:
+    @property
+    def max_chunk(self) -> int:
+        """Most rows ``_process`` takes at once (bounds its ``(B, window + B, ...)`` work tensors)."""
+        return 256
+
+    def _check(self, x: Tensor, where: str, rows: bool = False) -> Tensor:
+        shape = f"(B, {self.dim})" if rows else f"({self.dim},)"
         if not isinstance(x, Tensor):
             raise TypeError(
-                f"{type(self).__name__}.{where} expects a torch.Tensor of shape ({self.dim},), got {type(x).__name__}."
+                f"{type(self).__name__}.{where} expects a torch.Tensor of shape {shape}, got {type(x).__name__}."
             )
-        if x.shape != (self.dim,):
+        if (x.ndim != 2 or x.shape[1] != self.dim) if rows else x.shape != (self.dim,):
+            what = "an ordered chunk" if rows else "one point"
             raise ValueError(
-                f"{type(self).__name__}.{where} expects one point of shape ({self.dim},), got "
-                f"{tuple(x.shape)}. Feed rows one at a time, with the width the pool was built for."
+                f"{type(self).__name__}.{where} expects {what} of shape {shape}, got {tuple(x.shape)}. "
+                "Feed rows with the width the pool was built for."
             )
         finite = torch.isfinite(x)
         if not bool(finite.all()):
+            if rows:
+                row = int((~finite.all(1)).nonzero()[0])
+                where, finite = f"{where} (row {row})", finite[row]
             bad = (~finite).nonzero().flatten().tolist()
             raise ValueError(
                 f"{type(self).__name__}.{where} got NaN/inf at features {bad} of a row of width "
@@ -97,31 +111,58 @@ class StreamDetector(nn.Module):
 
     def score(self, x: Tensor) -> Tensor:
         """Raw anomaly score of ``x`` (0-d, higher = more anomalous), computed from the state before learning x."""
-        return self._score(self._check(x, "score"))
+        return self._process(self._check(x, "score").unsqueeze(0), learn=False)[0]
 
     def learn(self, x: Tensor) -> None:
         """Insert ``x`` into the detector's state."""
-        self._learn(self._check(x, "learn"))
+        self._process(self._check(x, "learn").unsqueeze(0), score=False)
 
     def score_learn(self, x: Tensor) -> Tensor:
         """One prequential step: score ``x``, then learn it; returns the score."""
-        x = self._check(x, "score_learn")
-        s = self._score(x)
-        self._learn(x)
-        return s
+        return self._process(self._check(x, "score_learn").unsqueeze(0))[0]
+
+    def score_learn_chunk(self, X: Tensor) -> Tensor:
+        """Prequential steps over an ordered chunk ``(B, dim)``: the same scores ``(B,)`` as B ``score_learn`` calls.
+
+        Every row is checked before any state changes, so a rejected chunk leaves the detector as it was.
+        """
+        X = self._check(X, "score_learn_chunk", rows=True)
+        step = self.max_chunk
+        return torch.cat([self._process(X[i : i + step]) for i in range(0, len(X), step)] or [X.new_zeros(0)])
 
     def forward(self, x: Tensor) -> Tensor:
-        """Same as ``score_learn``."""
-        return self.score_learn(x)
+        """``score_learn`` for one point ``(dim,)``, ``score_learn_chunk`` for a chunk ``(B, dim)``."""
+        return self.score_learn_chunk(x) if isinstance(x, Tensor) and x.ndim == 2 else self.score_learn(x)
 
     def extra_repr(self) -> str:
         return ", ".join([f"dim={self.dim}", f"seed={self.seed}"] + [f"{k}={v}" for k, v in self._params.items()])
 
-    def _score(self, x: Tensor) -> Tensor:  # pragma: no cover - abstract
+    def _process(self, X: Tensor, score: bool = True, learn: bool = True) -> Tensor:  # pragma: no cover - abstract
+        """Score each row of ``X (B, d)`` by the state that has learnt the rows before it; then (``learn``) learn all.
+
+        ``B <= max_chunk``. Returns ``(B,)`` (unspecified values where ``score=False``).
+        """
         raise NotImplementedError
 
-    def _learn(self, x: Tensor) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
+
+def _ordered(ring: Tensor, n: Tensor) -> Tensor:
+    """A ring buffer's rows oldest first: slots ``n % W, ..., W - 1, 0, ..., n % W - 1`` (unfilled slots lead)."""
+    W = ring.shape[0]
+    return ring[(n + torch.arange(W, device=ring.device)) % W]
+
+
+def _write_ring(ring: Tensor, n: Tensor, X: Tensor) -> None:
+    """Write rows ``X`` at ring positions ``n, n + 1, ...`` (only the last W rows matter when ``len(X) > W``)."""
+    W = ring.shape[0]
+    tail = X[-W:]
+    ring[(n + len(X) - len(tail) + torch.arange(len(tail), device=ring.device)) % W] = tail
+
+
+def _band(B: int, W: int, device: torch.device) -> Tensor:
+    """``(B, W + B)`` mask: row b of a chunk sees positions ``b .. b + W - 1`` of ``[ordered window; chunk]``."""
+    pos = torch.arange(W + B, device=device)
+    b = torch.arange(B, device=device).unsqueeze(1)
+    return (pos >= b) & (pos < b + W)
 
 
 def _positive_int(owner: str, name: str, value: Any, minimum: int = 1) -> int:
@@ -165,22 +206,53 @@ class WindowKNN(StreamDetector):
         self.register_buffer("n", torch.zeros((), dtype=torch.long))
         self.register_buffer("index", torch.tensor(dims if dims is not None else list(range(dim))), persistent=False)
 
-    def _score(self, x: Tensor) -> Tensor:
-        xs = x if self.dims is None else x[self.index]
-        d = (self.buf - xs).pow(2).sum(-1).sqrt().nan_to_num(nan=float("inf"))
-        kth = d.topk(self.k, largest=False).values[-1]
-        return torch.where(self.n >= self.k, kth, torch.zeros_like(kth))
+    def _process(self, X: Tensor, score: bool = True, learn: bool = True) -> Tensor:
+        xs = X if self.dims is None else X[:, self.index]
+        B, W = len(xs), self.window
+        out = xs.new_zeros(B)
+        if score:
+            history = torch.cat([_ordered(self.buf, self.n), xs])  # (W + B, w): window oldest first, then the chunk
+            d = (history.unsqueeze(0) - xs.unsqueeze(1)).pow(2).sum(-1).sqrt()  # (B, W + B)
+            d = d.masked_fill(~_band(B, W, xs.device), float("inf")).nan_to_num(nan=float("inf"))
+            kth = d.topk(self.k, largest=False, dim=1).values[:, -1]
+            seen = self.n + torch.arange(B, device=xs.device)
+            out = torch.where(seen >= self.k, kth, torch.zeros_like(kth))
+        if learn:
+            _write_ring(self.buf, self.n, xs)
+            self.n += B
+        return out
 
-    def _learn(self, x: Tensor) -> None:
-        self.buf[self.n % self.window] = x if self.dims is None else x[self.index]
-        self.n += 1
+
+def _signed(c: int) -> int:
+    return c - 2**64 if c >= 2**63 else c
+
+
+_GOLDEN, _MIX1, _MIX2 = _signed(0x9E3779B97F4A7C15), _signed(0xBF58476D1CE4E5B9), _signed(0x94D049BB133111EB)
+
+
+def _shr(x: Tensor, s: int) -> Tensor:
+    """Logical right shift of int64 (torch's ``>>`` is arithmetic on negative values)."""
+    return (x >> s) & ((1 << (64 - s)) - 1)
+
+
+def _uniform_hash(key: Tensor) -> Tensor:
+    """Counter-based U[0, 1) draws: the SplitMix64 finaliser of each int64 ``key``, top 24 bits (float32-exact).
+
+    int64 products wrap modulo 2**64 in torch, which is the arithmetic SplitMix64 needs; a batch of keys is hashed
+    in a few tensor ops, so a chunk of the stream gets its random scores without a generator per point.
+    """
+    z = key + _GOLDEN
+    z = (z ^ _shr(z, 30)) * _MIX1
+    z = (z ^ _shr(z, 27)) * _MIX2
+    z = z ^ _shr(z, 31)
+    return _shr(z, 40).to(torch.float32) / float(1 << 24)
 
 
 class RandomScorer(StreamDetector):
     """Uniform(0, 1) scores independent of x (the paper's robustness test, card §4): a pool member to be ignored.
 
-    The score at step t comes from a generator seeded with ``seed * 1_000_003 + t``, so the state is the counter t
-    alone; ``score`` twice without ``learn`` repeats the same value.
+    The score at step t is a counter-based hash of ``(seed, t)`` (SplitMix64), so the state is the counter t alone;
+    ``score`` twice without ``learn`` repeats the same value, and a chunk draws all its scores at once.
 
     Example:
         >>> det = RandomScorer(dim=3, seed=7)
@@ -195,30 +267,46 @@ class RandomScorer(StreamDetector):
         super().__init__(dim, seed)
         self.register_buffer("n", torch.zeros((), dtype=torch.long))
 
-    def _score(self, x: Tensor) -> Tensor:
-        g = _generator(int(self.rng_seed) * 1_000_003 + int(self.n))
-        return torch.rand((), generator=g).to(self.n.device)
+    def _process(self, X: Tensor, score: bool = True, learn: bool = True) -> Tensor:
+        t = self.n + torch.arange(len(X), device=X.device)
+        out = _uniform_hash(self.rng_seed * 1_000_003 + t) if score else X.new_zeros(len(X))
+        if learn:
+            self.n += len(X)
+        return out
 
-    def _learn(self, x: Tensor) -> None:
-        self.n += 1
+
+def _earlier_equal(keys: Tensor) -> Tensor:
+    """For a 1-D ``keys`` in time order, how many earlier entries have the same key (one stable sort, no loop)."""
+    sorted_keys, order = keys.sort(stable=True)  # stable: within a key, entries stay in time order
+    idx = torch.arange(len(keys), device=keys.device)
+    new = torch.ones_like(keys, dtype=torch.bool)
+    new[1:] = sorted_keys[1:] != sorted_keys[:-1]
+    start = torch.where(new, idx, torch.zeros_like(idx)).cummax(0).values
+    return torch.empty_like(idx).index_copy_(0, order, idx - start)
 
 
 class LODA(StreamDetector):
-    """LODA (Pevný, 2016): sparse random projections, one histogram each over a sliding window.
+    """LODA (Pevný, 2016) as PySAD streams it: sparse random projections, one growing histogram each.
 
-    Score = -mean over projections of log density, density = (count + 1) / (n + bins) / bin width (Laplace
-    smoothing), with ``bins`` equal-width bins spanning the window's projected range (recomputed per point,
-    vectorised; a point outside that range gets count 0). Each projection has round(√d) non-zero N(0, 1) weights.
+    Each projection has max(1, ⌊√d⌋) non-zero N(0, 1) weights. Its histogram has ``bins`` equal-width bins and counts
+    every point learnt so far (no forgetting, like PySAD's ``LODA``). The first point sets the low edge; the first
+    distinct value sets the bin width to |Δ| / (bins − 0.5); a value outside the range doubles the width towards it
+    and merges adjacent pairs of bins, as often as needed, so counts stay exact and nothing is redistributed.
+    Score = mean over projections of −log((count + 1) / ((n + bins) · width)) (0 for a projection whose width is
+    still 0), so higher = more anomalous; a value outside the range counts as an empty bin.
+
+    Chunks: rows that fall inside every histogram's range are scored together (the counts of the chunk's earlier
+    rows come from a cumulative one-hot count); a row that must extend a range (rare once the range covers the data)
+    is handled on its own, in float64 like the rest, so chunked and per-point runs give the same scores.
 
     Args:
         dim: stream width d.
         seed: seed of the projections.
         num_projections: number of projections (histograms).
-        bins: bins per histogram.
-        window: sliding-window length. With an empty window the score is 0.
+        bins: bins per histogram, >= 2.
 
     Example:
-        >>> det = LODA(dim=4, num_projections=8, bins=5, window=32)
+        >>> det = LODA(dim=4, num_projections=8, bins=5)
         >>> for x in torch.randn(32, 4, generator=torch.Generator().manual_seed(0)):
         ...     _ = det.score_learn(x)
         >>> bool(det.score(8 * torch.ones(4)) > det.score(torch.zeros(4)))
@@ -227,39 +315,110 @@ class LODA(StreamDetector):
 
     name = "loda"
 
-    def __init__(self, dim: int, seed: int = 0, num_projections: int = 50, bins: int = 20, window: int = 256) -> None:
+    def __init__(self, dim: int, seed: int = 0, num_projections: int = 50, bins: int = 20) -> None:
         super().__init__(dim, seed)
-        self.num_projections = _positive_int("LODA", "num_projections", num_projections)
-        self.bins = _positive_int("LODA", "bins", bins)
-        self.window = _positive_int("LODA", "window", window)
-        self._params = {"num_projections": num_projections, "bins": bins, "window": window}
+        P = self.num_projections = _positive_int("LODA", "num_projections", num_projections)
+        self.bins = _positive_int("LODA", "bins", bins, minimum=2)
+        self._params = {"num_projections": P, "bins": bins}
         g = _generator(seed)
-        nnz = max(1, round(math.sqrt(dim)))
-        keep = torch.rand(num_projections, dim, generator=g).argsort(1) < nnz  # nnz random features per row
-        W = torch.randn(num_projections, dim, generator=g) * keep
-        self.register_buffer("W", W)
-        self.register_buffer("proj", torch.zeros(window, num_projections))  # ring buffer of projected points
+        nnz = max(1, int(math.sqrt(dim)))
+        keep = torch.rand(P, dim, generator=g).argsort(1) < nnz  # nnz random features per row
+        self.register_buffer("W", (torch.randn(P, dim, generator=g) * keep).double())
+        self.register_buffer("hist", torch.zeros(P, bins, dtype=torch.float64))
+        self.register_buffer("low", torch.zeros(P, dtype=torch.float64))
+        self.register_buffer("width", torch.zeros(P, dtype=torch.float64))
         self.register_buffer("n", torch.zeros((), dtype=torch.long))
-        self.register_buffer("slot", torch.arange(window), persistent=False)
 
-    def _score(self, x: Tensor) -> Tensor:
-        z = self.W @ x  # (P,)
-        valid = (self.slot < self.n).unsqueeze(1)  # (window, 1)
-        lo = torch.where(valid, self.proj, float("inf")).amin(0)
-        hi = torch.where(valid, self.proj, float("-inf")).amax(0)
-        width = ((hi - lo) / self.bins).clamp_min(1e-6)
-        b_win = ((self.proj - lo) / width).floor().clamp(max=self.bins - 1)
-        b_x = ((z - lo) / width).floor().clamp(max=self.bins - 1)
-        inside = (z >= lo) & (z <= hi)
-        count = ((b_win == b_x) & valid).sum(0) * inside
-        m = valid.sum()
-        p = (count + 1) / (m + self.bins)
-        s = (width.log() - p.log()).mean()
-        return torch.where(m > 0, s, torch.zeros_like(s))
+    def _bin(self, z: Tensor) -> Tensor:
+        return ((z - self.low) / self.width).floor()  # NaN/inf where width is 0: never "in range"
 
-    def _learn(self, x: Tensor) -> None:
-        self.proj[self.n % self.window] = self.W @ x
+    def _neg_log_density(self, count: Tensor, seen: Tensor, ready: Tensor) -> Tensor:
+        nld = -torch.log((count + 1) / ((seen.unsqueeze(-1) + self.bins) * self.width))
+        return torch.where(ready, nld, torch.zeros_like(nld)).mean(-1).float()
+
+    def _process(self, X: Tensor, score: bool = True, learn: bool = True) -> Tensor:
+        if not learn:  # score-only: run the chunk on the state, then put the state back
+            saved = [t.clone() for t in (self.hist, self.low, self.width, self.n)]
+            out = self._process(X, score=score, learn=True)
+            for t, v in zip((self.hist, self.low, self.width, self.n), saved):
+                t.copy_(v)
+            return out
+        Z = X.double() @ self.W.T  # (B, P)
+        out = X.new_zeros(len(Z))
+        i = 0
+        while i < len(Z):
+            ind = self._bin(Z[i:])
+            ok = ((self.width > 0) & (ind >= 0) & (ind < self.bins)).all(1)
+            ok[0] &= bool(self.n > 0)
+            e = int(ok.logical_not().long().argmax()) if not bool(ok.all()) else len(ok)  # first row to extend
+            if e:  # rows i .. i+e-1: inside every range; counts = stored + earlier rows of this run
+                cell = (ind[:e].long() + torch.arange(self.num_projections, device=Z.device) * self.bins).flatten()
+                if score:
+                    count = self.hist.view(-1).index_select(0, cell) + _earlier_equal(cell).to(self.hist.dtype)
+                    seen = self.n + torch.arange(e, device=Z.device)
+                    out[i : i + e] = self._neg_log_density(
+                        count.view(e, -1), seen, torch.ones(e, self.num_projections, dtype=torch.bool)
+                    )
+                self.hist.view(-1).index_add_(0, cell, torch.ones_like(cell, dtype=self.hist.dtype))
+                self.n += e
+                i += e
+            if i < len(Z):  # one row that starts or extends some histogram
+                z = Z[i]
+                ind = self._bin(z)
+                ready = self.width > 0
+                inside = ready & (ind >= 0) & (ind < self.bins)
+                count = torch.where(
+                    inside,
+                    self.hist.gather(1, ind.nan_to_num(0).clamp(0, self.bins - 1).long().unsqueeze(1)).squeeze(1),
+                    torch.zeros_like(z),
+                )
+                out[i] = self._neg_log_density(count, self.n, ready)
+                self._extend_learn(z)
+                i += 1
+        return out
+
+    def _extend_learn(self, z: Tensor) -> None:
+        """Learn one row that starts or extends histograms (PySAD's rules), per projection in float64 Python maths.
+
+        Rare after the first points (a range only grows by doubling), so a loop over the affected projections costs
+        little; Python floats are IEEE doubles, so the bins agree with the batched torch path.
+        """
+        hist, low, width = self.hist.cpu().numpy().copy(), self.low.tolist(), self.width.tolist()
+        zs, bins = z.tolist(), self.bins
+        if int(self.n) == 0:
+            low, hist[:, 0] = zs, 1.0
+        else:
+            for p, v in enumerate(zs):
+                if width[p] > 0:
+                    k = math.floor((v - low[p]) / width[p])
+                    if 0 <= k < bins:
+                        hist[p, k] += 1.0
+                        continue
+                elif v == low[p]:  # a single distinct value so far
+                    hist[p, 0] += 1.0
+                    continue
+                else:  # the second distinct value sets the width; the first value's count moves to its bin
+                    seen, count = low[p], hist[p, 0]
+                    width[p], low[p], hist[p, 0] = abs(v - seen) / (bins - 0.5), min(v, seen), 0.0
+                    hist[p, self._extend(hist, low, width, p, seen)] = count
+                hist[p, self._extend(hist, low, width, p, v)] += 1.0
+        self.hist.copy_(torch.from_numpy(hist))
+        self.low.copy_(torch.tensor(low, dtype=torch.float64))
+        self.width.copy_(torch.tensor(width, dtype=torch.float64))
         self.n += 1
+
+    def _extend(self, hist, low: list[float], width: list[float], p: int, v: float) -> int:
+        """Double histogram p's width towards ``v`` (merging bin pairs) until ``v`` falls in; return its bin."""
+        bins = self.bins
+        while True:
+            k = math.floor((v - low[p]) / width[p])
+            if 0 <= k < bins:
+                return k
+            padded = [0.0] * bins + hist[p].tolist() if k < 0 else hist[p].tolist() + [0.0] * bins
+            if k < 0:
+                low[p] -= bins * width[p]
+            hist[p] = [padded[2 * j] + padded[2 * j + 1] for j in range(bins)]
+            width[p] *= 2.0
 
 
 class RSHash(StreamDetector):
@@ -267,11 +426,15 @@ class RSHash(StreamDetector):
 
     Each component r draws a cell width f_r ~ U(1/√s, 1 - 1/√s) (s = ``sample_size``), a random subspace of
     features (the original's size rule, clipped to [1, d]) and shifts α ~ U(0, f_r). A point is standardised with
-    running mean/std (the original min-max scales by an initial sample; a running standardisation needs no
-    warm-up), mapped to u = z / 4 + 1/2, and its cell ⌊(u + α) / f_r⌋ on the subspace is hashed by ``hashes``
-    hash functions into tables of ``table_size`` counters. Inserted table slots are kept in a ring buffer so the
-    point leaving the window is decremented exactly, even though the standardisation moved meanwhile.
+    the running mean/std of the points learnt before it (the original min-max scales by an initial sample; a running
+    standardisation needs no warm-up; sums are kept in float64 around the first point, so the variance does not
+    cancel), mapped to u = z / 4 + 1/2, and its cell ⌊(u + α) / f_r⌋ on the subspace is hashed by ``hashes`` hash
+    functions into tables of ``table_size`` counters. Inserted table slots are kept in a ring buffer so the point
+    leaving the window is decremented exactly, even though the standardisation moved meanwhile.
     Score = -mean over components of log(1 + min over hashes of the count).
+
+    Chunks (at most ``sample_size`` rows): each row's counts are the stored counts plus the chunk's earlier inserts
+    minus its earlier departures, read off one sort of the chunk's (slot, time) events.
 
     Args:
         dim: stream width d.
@@ -325,34 +488,73 @@ class RSHash(StreamDetector):
         self.register_buffer("counts", torch.zeros(R * H * table_size))
         self.register_buffer("ring", torch.zeros(sample_size, H * R, dtype=torch.long))
         self.register_buffer("n", torch.zeros((), dtype=torch.long))
-        self.register_buffer("mean", torch.zeros(dim))
-        self.register_buffer("m2", torch.zeros(dim))
+        self.register_buffer("shift", torch.zeros(dim, dtype=torch.float64))  # the first point: sums are around it
+        self.register_buffer("s1", torch.zeros(dim, dtype=torch.float64))  # Σ (x - shift)
+        self.register_buffer("s2", torch.zeros(dim, dtype=torch.float64))  # Σ (x - shift)²
 
-    def _slots(self, x: Tensor) -> Tensor:
-        std = (self.m2 / (self.n - 1).clamp_min(1)).sqrt()
-        std = torch.where(self.n >= 2, std.clamp_min(1e-6), torch.ones_like(std))
-        u = (x - self.mean) / (4.0 * std) + 0.5
-        cell = ((u + self.alpha) / self.f).floor().clamp(-(2**20), 2**20).long() * self.mask  # (R, d)
-        h = torch.remainder((cell * self.A).sum(-1) + self.B, self.table_size)  # (H, R); |product| < 2**52
-        return (h + self.offset).flatten()
+    @property
+    def max_chunk(self) -> int:
+        return min(256, self.sample_size)  # departures must come from the ring as it was before the chunk
 
-    def _score(self, x: Tensor) -> Tensor:
-        c = self.counts[self._slots(x)].view(self.hashes, self.num_components).amin(0)
-        return -torch.log1p(c).mean()
+    def _slots(self, X: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Table slots ``(B, hashes · R)`` of each row under the standardisation before it; the sums after the chunk."""
+        B = len(X)
+        X = X.double()
+        shift = torch.where(self.n > 0, self.shift, X[0])
+        dx = X - shift
+        s1 = torch.cat([self.s1.unsqueeze(0), dx]).cumsum(0)  # (B + 1, d): sums before each row, then after all
+        s2 = torch.cat([self.s2.unsqueeze(0), dx * dx]).cumsum(0)
+        cnt = (self.n + torch.arange(B, device=X.device)).unsqueeze(1).double()
+        mean = s1[:-1] / cnt.clamp_min(1)
+        std = ((s2[:-1] - s1[:-1] * mean) / (cnt - 1).clamp_min(1)).clamp_min(0).sqrt()
+        std = torch.where(cnt >= 2, std.clamp_min(1e-6), torch.ones_like(std))
+        u = torch.where(cnt > 0, dx - mean, X) / (4.0 * std) + 0.5
+        cell = ((u.unsqueeze(1) + self.alpha) / self.f).floor().clamp(-(2**20), 2**20).long() * self.mask  # (B, R, d)
+        h = torch.remainder((cell.unsqueeze(1) * self.A).sum(-1) + self.B, self.table_size)  # (B, H, R); < 2**52
+        return (h + self.offset).flatten(1), shift, s1[-1], s2[-1]
 
-    def _learn(self, x: Tensor) -> None:
-        slots = self._slots(x)
-        pos = self.n % self.sample_size
-        # The slot leaving the window is decremented only once the window is full (weight 0 before that).
-        leaving = (self.n >= self.sample_size).float().neg().expand(slots.numel())
-        self.counts.index_add_(0, self.ring[pos], leaving)
-        self.counts.index_add_(0, slots, torch.ones_like(leaving))
-        self.ring[pos] = slots
-        # Welford update of the running standardisation, after x was hashed with the old one (as in score).
-        self.n += 1
-        delta = x - self.mean
-        self.mean += delta / self.n
-        self.m2 += delta * (x - self.mean)
+    def _process(self, X: Tensor, score: bool = True, learn: bool = True) -> Tensor:
+        B = len(X)
+        slots, shift, s1, s2 = self._slots(X)
+        step = self.n + torch.arange(B, device=X.device)
+        pos = step % self.sample_size
+        leaving = self.ring[pos]  # (B, K): slots of the points that leave the window as row b is learnt
+        full = step >= self.sample_size  # before the window is full nothing leaves
+        out = X.new_zeros(B)
+        if score:
+            # Events (slot, time, ±1): the departure of step j sorts before the insert of step j, so within a slot's
+            # group of the sorted events, the sum before a row's own insert is the chunk's earlier effect on that
+            # counter. One sort, prefix sums and a group-start cummax; no per-row search.
+            j = torch.arange(B, device=X.device).unsqueeze(1)
+            keys = torch.cat([(slots * (2 * B) + 2 * j + 1).flatten(), (leaving * (2 * B) + 2 * j).flatten()])
+            if len(self.counts) * 2 * B < 2**31:
+                keys = keys.int()  # a 32-bit sort is faster
+            vals = torch.cat(
+                [torch.ones(slots.numel(), dtype=torch.long), (-full.long()).repeat_interleave(slots.shape[1])]
+            )
+            sorted_keys, order = keys.sort()
+            v = vals.index_select(0, order)
+            before = v.cumsum(0) - v
+            group = sorted_keys // (2 * B)
+            idx = torch.arange(len(v), device=X.device)
+            new = torch.ones_like(group, dtype=torch.bool)
+            new[1:] = group[1:] != group[:-1]
+            start = torch.where(new, idx, torch.zeros_like(idx)).cummax(0).values
+            earlier = torch.empty_like(before).index_copy_(0, order, before - before.index_select(0, start))
+            c = self.counts.index_select(0, slots.flatten()) + earlier[: slots.numel()].to(self.counts.dtype)
+            c = c.view(B, self.hashes, self.num_components).amin(1)
+            out = -torch.log1p(c).mean(-1)
+        if learn:
+            self.counts.index_add_(
+                0, leaving[full].flatten(), self.counts.new_full((int(full.sum()) * leaving.shape[1],), -1.0)
+            )
+            self.counts.index_add_(0, slots.flatten(), self.counts.new_ones(slots.numel()))
+            self.ring[pos] = slots
+            self.shift.copy_(shift)
+            self.s1.copy_(s1)
+            self.s2.copy_(s2)
+            self.n += B
+        return out
 
 
 class HalfSpaceTrees(StreamDetector):
@@ -464,26 +666,37 @@ class HalfSpaceTrees(StreamDetector):
         paths = self._paths(self.first).permute(1, 0, 2).flatten(1)  # (T, window * (depth + 1))
         self.ref_mass.zero_().scatter_add_(1, paths, torch.ones_like(paths, dtype=self.ref_mass.dtype))
 
-    def _score(self, x: Tensor) -> Tensor:
-        path = self._paths(x.unsqueeze(0))[0]  # (T, depth + 1)
-        mass = self.ref_mass.gather(1, path)
-        stop = torch.where(mass <= self.size_limit, self.level, self.depth).amin(1, keepdim=True)
-        return -(mass.gather(1, stop) * torch.pow(2.0, stop)).sum()
-
-    def _learn(self, x: Tensor) -> None:
-        n = int(self.n)
-        if n < self.window:
-            self.first[n] = x
-            self.n += 1
-            if n + 1 == self.window:
+    def _process(self, X: Tensor, score: bool = True, learn: bool = True) -> Tensor:
+        if not learn and len(X) > 1:  # later rows may need a window swap first: run, then put the state back
+            saved = {k: v.clone() for k, v in self.state_dict().items()}
+            out = self._process(X, score=score)
+            self.load_state_dict(saved)
+            return out
+        out = X.new_zeros(len(X))
+        i = 0
+        while i < len(X):  # segments end at window boundaries, where the reference profile changes
+            n = int(self.n)
+            seg = X[i : i + self.window - n % self.window]
+            path = self._paths(seg) if n >= self.window else None  # (e, T, depth + 1)
+            if score and path is not None:  # before the first window completes there are no trees: score 0
+                mass = self.ref_mass.expand(len(seg), -1, -1).gather(2, path)
+                stop = torch.where(mass <= self.size_limit, self.level, self.depth).amin(2, keepdim=True)
+                out[i : i + len(seg)] = -(mass.gather(2, stop) * torch.pow(2.0, stop)).sum((1, 2))
+            if not learn:
+                break
+            if path is None:
+                self.first[n : n + len(seg)] = seg
+            else:
+                path = path.transpose(0, 1).flatten(1)  # (T, e · (depth + 1))
+                self.latest_mass.scatter_add_(1, path, torch.ones_like(path, dtype=self.latest_mass.dtype))
+            self.n += len(seg)
+            if n + len(seg) == self.window:
                 self._build()
-            return
-        path = self._paths(x.unsqueeze(0))[0]
-        self.latest_mass.scatter_add_(1, path, torch.ones_like(path, dtype=self.latest_mass.dtype))
-        self.n += 1
-        if (n + 1) % self.window == 0:  # window boundary: latest profile becomes the reference
-            self.ref_mass.copy_(self.latest_mass)
-            self.latest_mass.zero_()
+            elif n >= self.window and (n + len(seg)) % self.window == 0:  # latest profile becomes the reference
+                self.ref_mass.copy_(self.latest_mass)
+                self.latest_mass.zero_()
+            i += len(seg)
+        return out
 
 
 class MADScorer(StreamDetector):
@@ -514,15 +727,29 @@ class MADScorer(StreamDetector):
         self.register_buffer("buf", torch.full((window, dim), float("nan")))  # NaN = empty slot (nanmedian skips)
         self.register_buffer("n", torch.zeros((), dtype=torch.long))
 
-    def _score(self, x: Tensor) -> Tensor:
-        med = self.buf.nanmedian(0).values
-        mad = (self.buf - med).abs().nanmedian(0).values
-        z = ((x - med).abs() / (1.4826 * mad).clamp_min(1e-6)).amax()
-        return torch.where(self.n > 0, z, torch.zeros_like(z))
-
-    def _learn(self, x: Tensor) -> None:
-        self.buf[self.n % self.window] = x
-        self.n += 1
+    def _process(self, X: Tensor, score: bool = True, learn: bool = True) -> Tensor:
+        B, W = len(X), self.window
+        out = X.new_zeros(B)
+        if score:
+            history = torch.cat([_ordered(self.buf, self.n), X])  # (W + B, d), oldest first
+            win = history.unfold(0, W, 1)[:B]  # (B, d, W): the window each row is scored against
+            if int(self.n) >= W:  # full windows: the lower median is order statistic (W - 1) // 2
+                # numpy's introselect is ~10x faster than torch's median here and picks the same element
+                k = (W - 1) // 2
+                w = win.cpu().numpy()
+                med_np = np.partition(w, k, axis=-1)[..., k]
+                mad_np = np.partition(np.abs(w - med_np[..., None]), k, axis=-1)[..., k]
+                med, mad = (torch.from_numpy(v).to(X.device) for v in (med_np, mad_np))
+            else:  # NaN marks the empty slots of a filling window; nanmedian skips them
+                med = win.nanmedian(-1).values
+                mad = (win - med.unsqueeze(-1)).abs().nanmedian(-1).values
+            z = ((X - med).abs() / (1.4826 * mad).clamp_min(1e-6)).amax(-1)
+            seen = self.n + torch.arange(B, device=X.device)
+            out = torch.where(seen > 0, z, torch.zeros_like(z))
+        if learn:
+            _write_ring(self.buf, self.n, X)
+            self.n += B
+        return out
 
 
 DETECTORS: dict[str, type[StreamDetector]] = {
@@ -602,11 +829,11 @@ def paper_pool(dim: int) -> list[dict[str, Any]]:
     """
     if dim < 1:
         raise ValueError(f"paper_pool expects dim >= 1, got {dim}.")
-    loda = [(25, 10, 128), (50, 20, 256), (100, 20, 256), (50, 30, 512)]
+    loda = [(25, 10), (50, 20), (100, 20), (50, 30)]
     rshash = [(25, 128, 2), (50, 256, 4), (100, 256, 4), (50, 512, 6)]
     hst = [(25, 6, 128), (25, 8, 250), (50, 8, 250), (25, 10, 500)]
     return (
-        [{"name": "loda", "params": {"num_projections": p, "bins": b, "window": w}} for p, b, w in loda]
+        [{"name": "loda", "params": {"num_projections": p, "bins": b}} for p, b in loda]
         + [{"name": "rshash", "params": {"num_components": r, "sample_size": s, "hashes": h}} for r, s, h in rshash]
         + [{"name": "hst", "params": {"num_trees": t, "depth": dp, "window": w}} for t, dp, w in hst]
         + [{"name": "mad", "params": {"window": 256}}]

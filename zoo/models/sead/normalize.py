@@ -102,6 +102,7 @@ class QuantileNormalizer(nn.Module):
                 f"Expected eps >= 0 and degenerate_tol >= 0, got eps={eps}, degenerate_tol={degenerate_tol}."
             )
         self.num_detectors, self.mode, self.capacity = num_detectors, mode, capacity
+        self.chunk = 32  # rows per batched run of forward_chunk (its search window grows with it)
         self.q_lo, self.q_hi, self.eps, self.degenerate_tol = q_lo, q_hi, eps, degenerate_tol
         # float64: raw scores of very different scales share no buffer, but a long history must not lose ties
         self.register_buffer("values", torch.full((num_detectors, capacity), math.inf, dtype=torch.float64))
@@ -216,6 +217,108 @@ class QuantileNormalizer(nn.Module):
         self.weight.copy_(torch.where(r, new_w, self.weight))
         self.count.copy_(torch.where(rows, torch.full_like(self.count, half), self.count))
         self.level.add_(rows.long())
+
+    @torch.no_grad()
+    def forward_chunk(self, S: Tensor, clip: bool = True) -> Tensor:
+        """Normalise an ordered chunk of raw scores ``(B, M)``, each row with the sketch before it, inserting each row.
+
+        The same values as ``B`` calls of :meth:`forward`, in a few batched ops per run of up to 32 rows (a row that
+        meets a full sketch goes through :meth:`forward`, which compacts it).
+
+        Returns:
+            ``(B, M)`` normalised scores, in ``S``'s floating dtype (float32 otherwise).
+        """
+        if not isinstance(S, Tensor) or S.ndim != 2 or S.shape[1] != self.num_detectors:
+            got = tuple(S.shape) if isinstance(S, Tensor) else type(S).__name__
+            raise ValueError(
+                f"QuantileNormalizer.forward_chunk expects raw scores of shape (B, {self.num_detectors}), got {got}."
+            )
+        out_dtype = S.dtype if S.is_floating_point() else torch.get_default_dtype()
+        X = S.to(device=self.values.device, dtype=torch.float64)
+        outs, i = [], 0
+        while i < len(X):
+            rows = X[i : i + self.chunk]
+            fin = torch.isfinite(rows).long()
+            full = (fin > 0) & (self.count + fin.cumsum(0) - fin >= self.capacity)
+            e = int(full.any(1).long().argmax()) if bool(full.any()) else len(rows)
+            if e == 0:
+                outs.append(self.forward(rows[0], clip=clip).unsqueeze(0))
+                i += 1
+            else:
+                outs.append(self._run(rows[:e], clip))
+                i += e
+        return torch.cat(outs).to(out_dtype) if outs else X.new_zeros(0, self.num_detectors).to(out_dtype)
+
+    def _run(self, R: Tensor, clip: bool) -> Tensor:
+        """Normalise then insert ``R (e, M)`` float64, no compaction needed: row b sees the sketch plus rows < b.
+
+        All rows share one stable sort of the sketch ∪ chunk per detector. Row b's quantile at raw rank x is the first
+        sorted position whose weight up to it (sketch weights + the rows before b at or below it) exceeds x; the
+        chunk moves ranks by at most b, so that position lies in a window of 2e positions starting where the sketch
+        weight alone first exceeds x − b, and only that window is searched.
+        """
+        e, (M, C) = len(R), self.values.shape
+        dev = R.device
+        fin = torch.isfinite(R).T  # (M, e)
+        union = torch.cat([self.values, torch.where(fin, R.T, torch.full_like(R.T, math.inf))], 1)  # (M, L)
+        sorted_v, order = union.sort(dim=1, stable=True)  # stable: ties keep sketch first, then time order
+        L = C + e
+        chunk_id = torch.cat([torch.full((M, C), -1, device=dev), torch.arange(e, device=dev).expand(M, e)], 1)
+        chunk_id = chunk_id.gather(1, order)  # (M, L): which chunk row sits at each sorted position (-1: sketch)
+        chunk_id = torch.where(
+            torch.cat([torch.zeros(M, C, dtype=torch.bool, device=dev), fin], 1).gather(1, order), chunk_id, -1
+        )
+        base = torch.cat([self.weight, torch.zeros(M, e, dtype=self.weight.dtype, device=dev)], 1).gather(1, order)
+        cum = base.cumsum(1)  # (M, L): sketch weight up to and including each position
+        rank = torch.empty_like(order).scatter_(1, order, torch.arange(L, device=dev).expand(M, L))
+        pos = torch.where(fin, rank[:, C:], L)  # (M, e): sorted position of each finite chunk row
+        b = torch.arange(e, device=dev)
+        earlier = b.view(1, 1, e) < b.view(1, e, 1)  # (1, e_row, e_j): row j is learnt before row b
+        n_before = fin.long().cumsum(1) - fin.long()  # (M, e): finite chunk rows before row b
+        total = cum[:, -1:] + n_before  # raw scores represented for row b
+        count = self.count.unsqueeze(1) + n_before
+
+        def value_at(x: Tensor) -> Tensor:  # x: (M, e, Q) raw ranks -> values
+            Q, width = x.shape[2], 2 * e + 1
+            start = torch.searchsorted(cum, (x - b.view(1, e, 1)).flatten(1), right=True).view(M, e, Q)
+            win = (start.unsqueeze(-1) + torch.arange(width, device=dev)).clamp(max=L - 1)  # (M, e, Q, W)
+            flat = win.flatten(1)
+            cum_w = cum.gather(1, flat).view_as(win)
+            ids = chunk_id.gather(1, flat).view_as(win)
+            active = (ids >= 0) & (ids < b.view(1, e, 1, 1))
+            lead = ((pos.view(M, 1, 1, e) < start.unsqueeze(-1)) & earlier.unsqueeze(2)).sum(-1)  # (M, e, Q)
+            total_w = cum_w + lead.unsqueeze(-1) + active.long().cumsum(-1)
+            first = (total_w > x.unsqueeze(-1)).long().argmax(-1)
+            return sorted_v.gather(1, (start + first).clamp(max=L - 1).flatten(1)).view(M, e, Q)
+
+        qs = torch.tensor([self.q_lo, self.q_hi], dtype=torch.float64, device=dev)
+        top = (total - 1).clamp(min=0).unsqueeze(-1)
+        r = qs * top
+        lo_r = r.floor()
+        hi_r = torch.minimum(lo_r + 1, top)
+        v_lo, v_hi = value_at(torch.cat([lo_r, hi_r], -1)).chunk(2, -1)
+        quant = v_lo + (r - lo_r) * (v_hi - v_lo)
+        lo, hi = quant.unbind(-1)  # (M, e)
+        x = R.T
+        ok = fin & (count >= 2) & ((hi - lo) >= self.degenerate_tol)
+        if self.mode == "cdf":
+            at = torch.searchsorted(
+                sorted_v, x.nan_to_num(0.0).contiguous(), right=True
+            )  # union positions with value <= s
+            below = torch.where(at > 0, cum.gather(1, (at - 1).clamp(min=0)), torch.zeros_like(x))
+            below = below + ((pos.unsqueeze(1) < at.unsqueeze(-1)) & earlier).sum(-1)
+            out = below / total.clamp(min=1.0)
+        else:
+            out = (x - lo) / (hi - lo + self.eps)
+            if clip:
+                out = out.clamp(0.0, 1.0)
+        out = torch.where(ok, out, torch.full_like(out, 0.5)).T
+        # insert every finite row: the sorted union with all its weights, whose finite values all fit in C slots
+        weight = base + (chunk_id >= 0).to(base.dtype)
+        self.values.copy_(sorted_v[:, :C])
+        self.weight.copy_(weight[:, :C])
+        self.count.add_(fin.long().sum(1))
+        return out
 
     def forward(self, s: Tensor, clip: bool = True) -> Tensor:
         """Normalise ``s`` with the sketch before it, then insert it (the card's order). Returns ``(M,)``."""
