@@ -349,7 +349,6 @@ class LODA(StreamDetector):
         while i < len(Z):
             ind = self._bin(Z[i:])
             ok = ((self.width > 0) & (ind >= 0) & (ind < self.bins)).all(1)
-            ok[0] &= bool(self.n > 0)
             e = int(ok.logical_not().long().argmax()) if not bool(ok.all()) else len(ok)  # first row to extend
             if e:  # rows i .. i+e-1: inside every range; counts = stored + earlier rows of this run
                 cell = (ind[:e].long() + torch.arange(self.num_projections, device=Z.device) * self.bins).flatten()
@@ -407,7 +406,7 @@ class LODA(StreamDetector):
         self.width.copy_(torch.tensor(width, dtype=torch.float64))
         self.n += 1
 
-    def _extend(self, hist, low: list[float], width: list[float], p: int, v: float) -> int:
+    def _extend(self, hist: np.ndarray, low: list[float], width: list[float], p: int, v: float) -> int:
         """Double histogram p's width towards ``v`` (merging bin pairs) until ``v`` falls in; return its bin."""
         bins = self.bins
         while True:
@@ -530,7 +529,10 @@ class RSHash(StreamDetector):
             if len(self.counts) * 2 * B < 2**31:
                 keys = keys.int()  # a 32-bit sort is faster
             vals = torch.cat(
-                [torch.ones(slots.numel(), dtype=torch.long), (-full.long()).repeat_interleave(slots.shape[1])]
+                [
+                    torch.ones(slots.numel(), dtype=torch.long, device=X.device),
+                    (-full.long()).repeat_interleave(slots.shape[1]),
+                ]
             )
             sorted_keys, order = keys.sort()
             v = vals.index_select(0, order)
