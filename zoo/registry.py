@@ -113,6 +113,25 @@ _SEAD = _Family(
     tags=("anomaly-detection", "streaming"),
 )
 
+_EFM_PAPER = Paper(
+    "Field Matching: an Electrostatic Paradigm to Generate and Transfer Data",
+    code="https://github.com/justkolesov/FieldMatching",
+    arxiv="2502.02367",
+)
+_EFM = _Family(
+    module="zoo.models.efm.EFM",
+    datamodule="datamodules.pairs.ToyPairDataModule",
+    paper=_EFM_PAPER,
+    reproduce="zoo.models.efm.reproduce.run",
+    tags=("transport", "generative"),
+)
+_EFM_IMAGES = _Family(
+    module="zoo.models.efm.EFM",
+    datamodule="datamodules.pairs.ImagePairDataModule",
+    paper=_EFM_PAPER,
+    tags=("transport", "generative", "images"),
+)
+
 # Sorted by name.
 ENTRIES: tuple[Entry, ...] = (
     _SAE.entry("a-sae", "Archetypal SAE: TopK SAE whose atoms are convex combinations of k-means candidate points."),
@@ -123,6 +142,13 @@ ENTRIES: tuple[Entry, ...] = (
         "cv-winrate-offshelf",
         "Off-the-shelf (shifted-population) reward model for control-variates evaluation.",
         "baseline",
+    ),
+    _EFM.entry(
+        "efm",
+        "Electrostatic Field Matching: transports a 2-D Gaussian to a two-mode mixture along learned field lines.",
+    ),
+    _EFM_IMAGES.entry(
+        "efm-digits", "Electrostatic Field Matching generator: noise -> 8x8 digits along a UNet field's lines."
     ),
     _SAE.entry("ra-sae", "Relaxed archetypal SAE: atoms stay within delta of the (scaled) convex hull of the data."),
     _SEAD.entry(

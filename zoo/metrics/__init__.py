@@ -8,6 +8,7 @@ from zoo.metrics.dictionary_stability import (
     stability_floor_gaussian,
     stability_floor_points,
 )
+from zoo.metrics.energy_distance import EnergyDistance, energy_distance
 from zoo.metrics.pair_saving import AnnotationSaving
 from zoo.metrics.reconstruction import ReconstructionR2
 from zoo.metrics.win_rate import (
@@ -28,6 +29,7 @@ __all__ = [
     "ControlVariatesWinRate",
     "DeadAtomFraction",
     "DictionaryStability",
+    "EnergyDistance",
     "HumanWinRate",
     "ReconstructionR2",
     "SyntheticWinRate",
@@ -36,6 +38,7 @@ __all__ = [
     "subset_estimates",
     "control_variates_win_rate",
     "dictionary_stability",
+    "energy_distance",
     "human_win_rate",
     "matched_permutation",
     "ppi_win_rate",
