@@ -252,6 +252,8 @@ class ImagePairDataModule(_PairDataModule):
         """All images of ``spec`` as float ``(n, C, H, W)`` in [−1, 1] at ``image_size``."""
         hp = self.hparams
         kind, _, arg = spec.partition(":")
+        if arg and kind != "folder" and not arg.isdigit():
+            raise ValueError(f"{spec!r}: the part after ':' must be a class index such as 'digits:3'. {_IMAGE_HELP}")
         label = int(arg) if arg and kind != "folder" else None
         if kind == "digits":
             from sklearn.datasets import load_digits

@@ -31,11 +31,15 @@ def energy_distance(x: Tensor, y: Tensor) -> Tensor:
         >>> bool(abs(near) < 0.05 and far > 3)
         True
     """
-    x, y = x.reshape(len(x), -1).float(), y.reshape(len(y), -1).float()
+    x, y = x.reshape(len(x), -1), y.reshape(len(y), -1)
     if x.shape[1] != y.shape[1]:
         raise ValueError(f"samples of different dimension: {tuple(x.shape)} vs {tuple(y.shape)}")
     if len(x) < 2 or len(y) < 2:
         raise ValueError("the energy distance needs at least two points in each sample")
+    # cdist's fast form ‖a‖² + ‖b‖² − 2ab cancels badly far from the origin: centre on the joint mean, in float64.
+    x, y = x.double(), y.double()
+    centre = torch.cat([x, y]).mean(dim=0)
+    x, y = x - centre, y - centre
     return 2 * _mean_distance(x, y, False) - _mean_distance(x, x, True) - _mean_distance(y, y, True)
 
 

@@ -50,6 +50,10 @@ class EFM(ZooModule):
         ode_steps: Euler steps in z at inference.
         ode_method: ``"euler"`` or ``"rk45"`` (adaptive).
         min_fz: f_z is clamped to at least this; clamped steps are counted and logged.
+        behind_plate_steps: follow lines that pass through the target plate, loop behind it and come back, for at
+            most this many fixed-length steps (0 = stop every line at z = L, the paper's Algorithm 2). The field
+            must have been trained out there: widen ``sampler_kwargs`` ``outer_margin``/``outer_box``.
+        behind_plate_step: length of those steps in (x, z) space.
 
     Example:
         >>> model = EFM(shape=[2], net_kwargs={"hidden": 32})
@@ -79,6 +83,8 @@ class EFM(ZooModule):
         ode_steps: int = 100,
         ode_method: Literal["euler", "rk45"] = "euler",
         min_fz: float = 1e-3,
+        behind_plate_steps: int = 0,
+        behind_plate_step: float = 0.2,
     ) -> None:
         super().__init__()
         if L <= 0:
@@ -97,6 +103,7 @@ class EFM(ZooModule):
                         "energy_distance": EnergyDistance(),
                         "identity_energy_distance": EnergyDistance(),
                         "clamped_fraction": MeanMetric(),
+                        **({"lines_lost": MeanMetric()} if behind_plate_steps > 0 else {}),
                     }
                 )
                 for stage in ("val", "test")
@@ -131,9 +138,11 @@ class EFM(ZooModule):
             x,
             self.hparams.eps,
             self.hparams.L,
-            steps=steps or self.hparams.ode_steps,
-            method=method or self.hparams.ode_method,
+            steps=self.hparams.ode_steps if steps is None else steps,
+            method=self.hparams.ode_method if method is None else method,
             min_fz=self.hparams.min_fz,
+            behind_steps=self.hparams.behind_plate_steps,
+            behind_step=self.hparams.behind_plate_step,
         )
 
     def forward(self, x: Tensor | tuple[Tensor, Tensor] | list[Tensor]) -> Tensor:
@@ -164,6 +173,8 @@ class EFM(ZooModule):
         m["energy_distance"].update(moved.x, target)
         m["identity_energy_distance"].update(source, target)
         m["clamped_fraction"].update(torch.tensor(moved.clamped_fraction, device=self.device), weight=len(source))
+        if self.hparams.behind_plate_steps > 0:
+            m["lines_lost"].update(torch.tensor(moved.lines_lost, device=self.device), weight=len(source))
         for key, metric in m.items():
             self.log(f"{stage}/{key}", metric, prog_bar=key == "energy_distance")
 
@@ -193,11 +204,16 @@ class EFM(ZooModule):
 
     def card_notes(self) -> str:
         hp = self.hparams
+        behind = (
+            f"Lines that pass through the target plate are followed behind it ({hp.behind_plate_steps} steps of "
+            f"{hp.behind_plate_step} at most) until they come back; `test/lines_lost` is the share that did not."
+            if hp.behind_plate_steps > 0
+            else "Lines that pass through the target plate are stopped there (no behind-plate continuation)."
+        )
         return (
             f"Trained with the {'paper' if hp.field_target == 'paper' else 'official code'} target "
-            f"(`field_target={hp.field_target!r}`), the `{hp.sampler}` field-point sampler, L = {hp.L}. Transport is Euler in z "
-            f"({hp.ode_steps} steps) with f_z clamped at {hp.min_fz}; `test/clamped_fraction` is the share of "
-            "clamped steps. Lines that leave the capacitor and return behind the target plate are not followed "
-            "(the official toy solver's behind-plate continuation is not implemented). A small network on the "
-            "embedded default data: a working example, not the paper's CIFAR-10 checkpoint."
+            f"(`field_target={hp.field_target!r}`), the `{hp.sampler}` field-point sampler, L = {hp.L}. Transport is "
+            f"Euler in z ({hp.ode_steps} steps) with f_z clamped at {hp.min_fz}; `test/clamped_fraction` is the "
+            f"share of clamped steps. {behind} A small network on the embedded default data: a working example, not "
+            "the paper's CIFAR-10 checkpoint."
         )

@@ -19,13 +19,17 @@ class Transport(NamedTuple):
 
     ``clamped_fraction`` is the fraction of (particle, evaluation) pairs where f_z < ``min_fz`` (the line turned back
     or ran parallel to the plates, so z stops being a valid clock and the step was clamped); ``lines_clamped`` the
-    fraction of particles clamped at least once; ``nfe`` the number of field evaluations.
+    fraction of particles clamped at least once; ``nfe`` the number of field evaluations. With the behind-plate
+    continuation, ``lines_behind`` is the fraction of lines that crossed the target plane and were followed behind
+    it, ``lines_lost`` the fraction of those that had not come back after the step budget (left at the plane).
     """
 
     x: Tensor
     clamped_fraction: float
     lines_clamped: float
     nfe: int
+    lines_behind: float = 0.0
+    lines_lost: float = 0.0
 
 
 @torch.no_grad()
@@ -39,6 +43,9 @@ def transport(
     min_fz: float = 1e-3,
     rtol: float = 1e-4,
     atol: float = 1e-4,
+    behind_steps: int = 0,
+    behind_step: float = 0.2,
+    probe: float = 0.05,
 ) -> Transport:
     """Integrate the field lines through ``x`` from the plane ``z_start`` to ``z_end`` (either direction).
 
@@ -46,6 +53,12 @@ def transport(
     re-normalising before the division would change nothing but the rounding. ``"euler"`` takes ``steps`` equal steps
     in z (the paper's sampler); ``"rk45"`` is SciPy's adaptive Dormand–Prince with ``rtol``/``atol`` (the official
     code's alternative; torchdiffeq is not a dependency and SciPy already is).
+
+    Lines that reach the target plane where the plate carries little charge pass through it, loop behind it and
+    land on its back side (the theorem counts them; the official toy solver follows them). With ``behind_steps > 0``
+    the field is probed ``probe`` past the plane; lines it still pushes onward are followed with fixed-length steps
+    ``behind_step`` along f/‖f‖ in the full (x, z) space until they cross the plane back (their end point is the
+    linear interpolation at the crossing), for at most ``behind_steps`` steps.
 
     Example:
         >>> straight = lambda x, z: (torch.ones_like(x), torch.ones_like(z))  # lines at 45 degrees
@@ -88,5 +101,41 @@ def transport(
         nfe = int(sol.nfev)
     else:
         raise ValueError(f"unknown method {method!r}; choose 'euler' or 'rk45'")
-    clamped = clamped.float()
-    return Transport(x, float(clamped.sum()) / (n * nfe), float((clamped > 0).float().mean()), nfe)
+    clamped_fraction = float(clamped.sum()) / (n * nfe)
+    lines_clamped = float((clamped > 0).float().mean())
+    behind = lost = 0.0
+    if behind_steps > 0:
+        x, behind, lost, extra = _behind_plate(
+            field, x, z_end, 1.0 if z_end >= z_start else -1.0, behind_steps, behind_step, probe
+        )
+        nfe += extra
+    return Transport(x, clamped_fraction, lines_clamped, nfe, behind, lost)
+
+
+def _behind_plate(
+    field: FieldFn, x: Tensor, plane: float, sign: float, max_steps: int, step: float, probe: float
+) -> tuple[Tensor, float, float, int]:
+    """Follow the lines that pass through the plane z = ``plane`` until they come back; see ``transport``."""
+    n = len(x)
+    z = torch.full((n,), plane + sign * probe, dtype=x.dtype, device=x.device)
+    _, f_z = field(x, z)
+    idx = (sign * f_z > 0).nonzero().squeeze(1)
+    behind, x = len(idx) / n, x.clone()
+    xs, zs = x[idx], z[idx]
+    nfe = 1
+    for _ in range(max_steps):
+        if len(idx) == 0:
+            break
+        f_x, f_z = field(xs, zs)
+        nfe += 1
+        norm = (f_x.reshape(len(xs), -1).square().sum(1) + f_z.square()).sqrt().clamp_min(1e-12)
+        scale = sign * step / norm
+        x_new = xs + scale.reshape(-1, *([1] * (xs.ndim - 1))) * f_x
+        z_new = zs + scale * f_z
+        back = sign * (z_new - plane) <= 0
+        if back.any():
+            t = ((zs[back] - plane) / (zs[back] - z_new[back])).reshape(-1, *([1] * (xs.ndim - 1)))
+            x[idx[back]] = xs[back] + t * (x_new[back] - xs[back])
+        keep = ~back
+        idx, xs, zs = idx[keep], x_new[keep], z_new[keep]
+    return x, behind, len(idx) / n, nfe

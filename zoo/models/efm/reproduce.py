@@ -11,8 +11,10 @@ The EFM card's §6 experiment, as a plain loop over the pure-torch parts (no Tra
   fresh charges per plate) with the paper target and with the official code's target; Flow Matching (independent
   coupling, the same MLP with t as its height input, the same number of steps, Euler 100); and (full run) EFM trained
   on the official code's target, plus the 8-Gaussians target;
-* metrics: energy distance to held-out Q, mode balance (share of outputs with x₁ > 0), clamped steps, sliced W2
-  (when POT is installed), training steps/s.
+* the oracle once more with the behind-plate continuation: lines that cross the Q plate between the modes are
+  followed behind it until they land on its back side, as the paper's theorem has it;
+* metrics: energy distance to held-out Q, mode balance (share of outputs with x₁ > 0), share of outputs off the modes
+  (farther than 1.5 from every centre), clamped steps, sliced W2 (when POT is installed), training steps/s.
 
 The card's assertions are checked (``claims/...``); no claim that EFM beats Flow Matching is made.
 """
@@ -39,6 +41,12 @@ __all__ = ["run", "train_efm", "train_flow_matching", "oracle_transport"]
 
 L, EPS = 6.0, 1e-3
 SAMPLER = {"noise": 0.5, "outer_fraction": 0.15, "outer_margin": 1.0, "outer_box": 6.0}
+_ANGLES = torch.arange(8) * (torch.pi / 4)
+MODES = {
+    "two_modes": torch.tensor([[-4.0, 0.0], [4.0, 0.0]]),
+    "eight_gaussians": 4.0 * torch.stack([_ANGLES.cos(), _ANGLES.sin()], dim=1),
+}
+BEHIND_STEPS = 300  # behind-plate continuation budget of the oracle arm (steps of 0.2; lines return within ~60)
 
 
 def _cosine_adam(params: Any, steps: int, lr: float = 1e-3) -> tuple[torch.optim.Optimizer, Any]:
@@ -78,9 +86,18 @@ def train_flow_matching(target: str, steps: int, seed: int = 0) -> tuple[MLPFiel
 
 
 def oracle_transport(
-    x: Tensor, target: str, charges: int, seed: int, field_target: str = "paper", steps: int = 100
+    x: Tensor,
+    target: str,
+    charges: int,
+    seed: int,
+    field_target: str = "paper",
+    steps: int = 100,
+    behind_steps: int = 0,
 ) -> Transport:
-    """The same Euler-in-z integrator on the Monte-Carlo field of ``charges`` fresh samples per plate."""
+    """The same Euler-in-z integrator on the Monte-Carlo field of ``charges`` fresh samples per plate.
+
+    ``behind_steps > 0`` also follows the lines that pass through the target plate until they come back to it.
+    """
     g = torch.Generator().manual_seed(10_000 + seed)
     positive = lift(toy_distribution("gaussian", charges, g), 0.0)
     negative = lift(toy_distribution(target, charges, g), L)
@@ -90,7 +107,7 @@ def oracle_transport(
         f = field_fn(torch.cat([x, z[:, None]], dim=1), positive, negative)
         return f[:, :-1], f[:, -1]
 
-    return transport(field, x, EPS, L, steps=steps)
+    return transport(field, x, EPS, L, steps=steps, behind_steps=behind_steps)
 
 
 def _sliced_w2(x: Tensor, y: Tensor) -> float | None:
@@ -104,8 +121,13 @@ def _sliced_w2(x: Tensor, y: Tensor) -> float | None:
 def _score(r: dict[str, float], key: str, x: Tensor, q: Tensor, moved: Transport | None = None) -> None:
     r[f"ed/{key}"] = float(energy_distance(x, q))
     r[f"balance/{key}"] = float((x[:, 0] > 0).float().mean())
+    centres = MODES["eight_gaussians" if key.startswith("8g/") else "two_modes"]
+    # Outputs farther than 3 standard deviations (1.5) from every mode centre: mass the transport left between modes.
+    r[f"off_modes/{key}"] = float((torch.cdist(x, centres).min(dim=1).values > 1.5).float().mean())
     if moved is not None:
         r[f"clamped/{key}"] = moved.clamped_fraction
+        if moved.lines_behind:
+            r[f"lines_behind/{key}"], r[f"lines_lost/{key}"] = moved.lines_behind, moved.lines_lost
     w2 = _sliced_w2(x, q)
     if w2 is not None:
         r[f"sliced_w2/{key}"] = w2
@@ -142,6 +164,8 @@ def run(quick: bool = False, out: Path | str | None = None) -> dict[str, float]:
     for kind in ("paper", "code_per_plate"):
         moved = oracle_transport(x0, "two_modes", charges, seed, field_target=kind)
         _score(r, f"oracle_{kind}", moved.x, q, moved)
+    moved = oracle_transport(x0, "two_modes", charges, seed, behind_steps=BEHIND_STEPS)
+    _score(r, "oracle_behind_plate", moved.x, q, moved)
     efm, r["efm_steps_per_s"] = train_efm("two_modes", steps, seed)
     moved = efm.transport(x0)
     _score(r, "efm", moved.x, q, moved)
@@ -186,6 +210,10 @@ def _claims(r: dict[str, float]) -> dict[str, float]:
         "claims/efm_within_0.3_of_oracle": float(ed["efm"] <= ed["oracle_paper"] + 0.3),
         "claims/oracle_paper_target_beats_code_target": float(ed["oracle_paper"] < ed["oracle_code_per_plate"]),
         "claims/efm_clamped_steps_below_1pct": float(r["clamped/efm"] <= 0.01),
+        # The theorem's other half: lines that cross the plate between the modes come back onto Q from behind.
+        "claims/behind_plate_lines_halve_oracle_ed": float(
+            ed["oracle_behind_plate"] <= 0.5 * ed["oracle_paper"] and r["lines_lost/oracle_behind_plate"] <= 0.01
+        ),
     }
 
 
@@ -197,7 +225,7 @@ def _print(r: dict[str, float]) -> None:
     table = Table(
         title=f"EFM on N(0, I) -> two modes (L = {L}): {r['steps']:.0f} steps, {r['particles']:.0f} particles"
     )
-    for col in ("arm", "energy distance", "mode balance", "clamped steps", "sliced W2"):
+    for col in ("arm", "energy distance", "mode balance", "off the modes", "clamped steps", "sliced W2"):
         table.add_column(col)
     for key in (k[3:] for k in r if k.startswith("ed/")):
         clamped, w2 = r.get(f"clamped/{key}"), r.get(f"sliced_w2/{key}")
@@ -205,6 +233,7 @@ def _print(r: dict[str, float]) -> None:
             key,
             f"{r[f'ed/{key}']:.3f}",
             f"{r[f'balance/{key}']:.3f}",
+            f"{r[f'off_modes/{key}']:.3f}",
             "-" if clamped is None else f"{clamped:.4f}",
             "-" if w2 is None else f"{w2:.3f}",
         )
