@@ -65,6 +65,11 @@ def test_lightning_fit_and_test_log_the_transport_metrics(tmp_path) -> None:
     assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
     assert 0.0 <= metrics["test/clamped_fraction"] <= 1.0
     assert metrics["test/identity_energy_distance"] > 1.5
+    assert "test/lines_lost" not in metrics  # only logged when lines are followed behind the plate
+
+    behind = EFM(shape=[2], net_kwargs={"hidden": 32, "depth": 2}, ode_steps=10, behind_plate_steps=5)
+    metrics = trainer.test(behind, datamodule=dm, verbose=False)[0]
+    assert 0.0 <= metrics["test/lines_lost"] <= 1.0
 
 
 def test_bad_arguments_raise() -> None:
