@@ -54,6 +54,9 @@ class EFM(ZooModule):
             most this many fixed-length steps (0 = stop every line at z = L, the paper's Algorithm 2). The field
             must have been trained out there: widen ``sampler_kwargs`` ``outer_margin``/``outer_box``.
         behind_plate_step: length of those steps in (x, z) space.
+        behind_plate_probe: how far past the plate the field is probed, and the band within which a returning line
+            has landed: a learned field is smooth across the plate's charges, so this must exceed the width it
+            smooths over (toy: 0.3 works after 1,000 and 3,000 steps; with 0.1 most lines never land).
 
     Example:
         >>> model = EFM(shape=[2], net_kwargs={"hidden": 32})
@@ -85,6 +88,7 @@ class EFM(ZooModule):
         min_fz: float = 1e-3,
         behind_plate_steps: int = 0,
         behind_plate_step: float = 0.2,
+        behind_plate_probe: float = 0.3,
     ) -> None:
         super().__init__()
         if L <= 0:
@@ -143,6 +147,7 @@ class EFM(ZooModule):
             min_fz=self.hparams.min_fz,
             behind_steps=self.hparams.behind_plate_steps,
             behind_step=self.hparams.behind_plate_step,
+            probe=self.hparams.behind_plate_probe,
         )
 
     def forward(self, x: Tensor | tuple[Tensor, Tensor] | list[Tensor]) -> Tensor:

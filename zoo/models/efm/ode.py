@@ -57,8 +57,9 @@ def transport(
     Lines that reach the target plane where the plate carries little charge pass through it, loop behind it and
     land on its back side (the theorem counts them; the official toy solver follows them). With ``behind_steps > 0``
     the field is probed ``probe`` past the plane; lines it still pushes onward are followed with fixed-length steps
-    ``behind_step`` along f/‖f‖ in the full (x, z) space until they cross the plane back (their end point is the
-    linear interpolation at the crossing), for at most ``behind_steps`` steps.
+    ``behind_step`` along f/‖f‖ in the full (x, z) space until they come back to within ``probe`` of the plane (the
+    official toy solver stops at L + 0.05; the end point is the linear interpolation at that level), for at most
+    ``behind_steps`` steps.
 
     Example:
         >>> straight = lambda x, z: (torch.ones_like(x), torch.ones_like(z))  # lines at 45 degrees
@@ -117,7 +118,10 @@ def _behind_plate(
 ) -> tuple[Tensor, float, float, int]:
     """Follow the lines that pass through the plane z = ``plane`` until they come back; see ``transport``."""
     n = len(x)
-    z = torch.full((n,), plane + sign * probe, dtype=x.dtype, device=x.device)
+    # A line is back when it re-enters the probe band: a learned field is smooth across the plate, so right behind
+    # its charges it still points away, and lines would hover there instead of crossing the plane itself.
+    landing = plane + sign * probe
+    z = torch.full((n,), landing, dtype=x.dtype, device=x.device)
     _, f_z = field(x, z)
     idx = (sign * f_z > 0).nonzero().squeeze(1)
     behind, x = len(idx) / n, x.clone()
@@ -132,9 +136,9 @@ def _behind_plate(
         scale = sign * step / norm
         x_new = xs + scale.reshape(-1, *([1] * (xs.ndim - 1))) * f_x
         z_new = zs + scale * f_z
-        back = sign * (z_new - plane) <= 0
+        back = sign * (z_new - landing) <= 0
         if back.any():
-            t = ((zs[back] - plane) / (zs[back] - z_new[back])).reshape(-1, *([1] * (xs.ndim - 1)))
+            t = ((zs[back] - landing) / (zs[back] - z_new[back])).reshape(-1, *([1] * (xs.ndim - 1)))
             x[idx[back]] = xs[back] + t * (x_new[back] - xs[back])
         keep = ~back
         idx, xs, zs = idx[keep], x_new[keep], z_new[keep]
