@@ -3,7 +3,15 @@
 from callbacks.images import log_figure
 from callbacks.sae_stability import SAEStability
 from callbacks.streaming_ap import StreamingAveragePrecision
+from callbacks.training_dynamics import TrainingDynamics
 from callbacks.transport import TransportSamples
 from callbacks.weight_trace import WeightTrace
 
-__all__ = ["SAEStability", "StreamingAveragePrecision", "TransportSamples", "WeightTrace", "log_figure"]
+__all__ = [
+    "SAEStability",
+    "StreamingAveragePrecision",
+    "TrainingDynamics",
+    "TransportSamples",
+    "WeightTrace",
+    "log_figure",
+]

@@ -1,0 +1,85 @@
+"""Tests of ``callbacks.TrainingDynamics``: per-sample records by index, the stop after T epochs, clear errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from lightning import LightningModule, Trainer
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from callbacks import TrainingDynamics
+
+
+class _Classifier(LightningModule):
+    def __init__(self, lr: float = 0.05, logits_key: str = "logits") -> None:
+        super().__init__()
+        self.net = nn.Linear(4, 3)
+        self.lr, self.logits_key = lr, logits_key
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch[0], batch[1]
+        logits = self.net(x)
+        return {"loss": nn.functional.cross_entropy(logits, y), self.logits_key: logits}
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+
+def _data(n: int = 50, with_index: bool = True) -> TensorDataset:
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(n, 4, generator=g), torch.randint(0, 3, (n,), generator=g)
+    return TensorDataset(x, y, torch.arange(n)) if with_index else TensorDataset(x, y)
+
+
+def _trainer(tmp_path, callback, max_epochs: int) -> Trainer:
+    return Trainer(
+        max_epochs=max_epochs,
+        callbacks=[callback],
+        logger=False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+
+
+def test_records_the_softmax_of_each_sample_at_its_index(tmp_path) -> None:
+    """Check that with a frozen model (lr 0) every shuffled sample's record equals softmax(model(x))[y] at its index."""
+    data = _data()
+    model = _Classifier(lr=0.0)
+    cb = TrainingDynamics(epochs=3, record_probs=True, record_loss=True)
+    _trainer(tmp_path, cb, 3).fit(model, DataLoader(data, batch_size=8, shuffle=True))
+    rec = cb.record()
+    x, y, _ = data.tensors
+    with torch.no_grad():
+        probs = model.net(x).softmax(-1)
+    for epoch in range(3):
+        torch.testing.assert_close(rec["target_probs"][epoch], probs[torch.arange(len(y)), y])
+        torch.testing.assert_close(rec["probs"][epoch], probs)
+        torch.testing.assert_close(rec["loss"][epoch], -probs[torch.arange(len(y)), y].log())
+    assert torch.equal(rec["labels"], y)
+
+
+def test_stops_after_the_recorded_epochs_and_saves(tmp_path) -> None:
+    """Check that a 20-epoch run stops after T = 4 recorded epochs and writes dynamics.npz with the record."""
+    cb = TrainingDynamics(epochs=4, save_dir=str(tmp_path / "dyn"))
+    trainer = _trainer(tmp_path, cb, 20)
+    trainer.fit(_Classifier(), DataLoader(_data(), batch_size=8, shuffle=True))
+    assert trainer.current_epoch == 4 and cb.recorded_epochs == 4
+    saved = np.load(tmp_path / "dyn" / "dynamics.npz")
+    assert saved["target_probs"].shape == (4, 50) and not np.isnan(saved["target_probs"]).any()
+    np.testing.assert_array_equal(saved["target_probs"], cb.record()["target_probs"].numpy())
+    # The probabilities move as the model learns: the record is not one epoch repeated.
+    assert not np.allclose(saved["target_probs"][0], saved["target_probs"][-1])
+
+
+def test_bad_batches_and_outputs_raise(tmp_path) -> None:
+    """Check that batches without indices and a training_step without logits each raise one clear TypeError."""
+    with pytest.raises(TypeError, match="carry sample indices"):
+        _trainer(tmp_path, TrainingDynamics(epochs=1), 1).fit(_Classifier(), DataLoader(_data(with_index=False)))
+    with pytest.raises(TypeError, match="return a dict with 'logits'"):
+        _trainer(tmp_path, TrainingDynamics(epochs=1), 1).fit(_Classifier(logits_key="out"), DataLoader(_data()))
+    with pytest.raises(ValueError, match="epochs must be >= 1"):
+        TrainingDynamics(epochs=0)
