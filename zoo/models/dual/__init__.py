@@ -1,9 +1,10 @@
 """DUAL: dataset pruning from early training dynamics, difficulty × uncertainty (Cho et al., ICML 2025).
 
-Work in progress (issue 5): the scores and selections are here; the classifier, DataModule, conf, hub entry and
-reproduction follow.
+Work in progress (issue 5): scores, selections, the classifier and its DataModule are here; the conf, hub entry,
+reproduction and notebook follow.
 """
 
+from zoo.models.dual.module import DualClassifier, build_backbone
 from zoo.models.dual.scores import (
     aum_score,
     beta_select,
@@ -20,6 +21,8 @@ from zoo.models.dual.scores import (
 )
 
 __all__ = [
+    "DualClassifier",
+    "build_backbone",
     "aum_score",
     "beta_select",
     "ccs_select",

@@ -147,7 +147,9 @@ def beta_select(
     m(n) is the mean target probability over the first ``epochs`` epochs; a the mean of m over the ``anchor``
     highest-scoring samples; β = 15·(1 − a)·(1 − r^{c_D}), α = 16 − β; π(n) ∝ BetaPDF(m(n); α, β)·score(n). As r → 1
     the Beta mode moves to easy samples, which keeps a tiny subset learnable. ``torch.multinomial`` without
-    replacement is the same successive-draw scheme as the official ``np.random.choice(..., replace=False, p=π)``.
+    replacement is the same successive-draw scheme as the official ``np.random.choice(..., replace=False, p=π)``;
+    β is clamped to [1e-3, 16 − 1e-3], and when fewer than k samples have a non-zero weight the rest is filled by
+    score rank (card §9).
 
     Example:
         >>> g = torch.Generator().manual_seed(0)
@@ -162,16 +164,19 @@ def beta_select(
         raise ValueError(f"target_probs {tuple(target_probs.shape)} must be (epochs, {len(score)})")
     m = target_probs[:epochs].double().mean(dim=0)
     a = float(m[score.argsort(descending=True, stable=True)[:anchor]].mean())
-    b = 15 * (1 - a) * (1 - ratio**c_d)
-    # Clamped away from 0 and 1: there the density is 0 or infinite when α or β < 1.
+    b = min(max(15 * (1 - a) * (1 - ratio**c_d), 1e-3), 16 - 1e-3)  # the card's clamp of β
+    # m clamped away from 0 and 1: there the density is 0 or infinite when α or β < 1.
     pdf = torch.from_numpy(beta_dist.pdf(m.clamp(1e-6, 1 - 1e-6).numpy(), 16 - b, b))
     weight = pdf * score.double().clamp_min(0)
-    if int((weight > 0).sum()) < k:
-        raise ValueError(
-            f"only {int((weight > 0).sum())} samples have a non-zero sampling weight but {k} must be kept; "
-            "record more epochs or lower the pruning ratio"
-        )
-    return torch.multinomial(weight, k, replacement=False, generator=generator)
+    nonzero = int((weight > 0).sum())
+    if nonzero >= k:
+        return torch.multinomial(weight, k, replacement=False, generator=generator)
+    # Fewer candidates than the budget (np.random.choice would raise): take them all, fill the rest by score rank.
+    drawn = weight.nonzero().squeeze(1)
+    taken = torch.zeros(len(score), dtype=torch.bool)
+    taken[drawn] = True
+    rest = score.argsort(descending=True, stable=True)
+    return torch.cat([drawn, rest[~taken[rest]][: k - nonzero]])
 
 
 def ccs_select(
@@ -182,6 +187,9 @@ def ccs_select(
     generator: torch.Generator | None = None,
 ) -> Tensor:
     """Coverage-centric selection: drop the ``hard_cut`` highest-scoring samples, then sample evenly over strata.
+
+    As the official ``stratified_sampling`` call (``data_mask[:-mis_num]`` of the ascending order, "prune hard
+    samples"); the card's review read it as dropping the lowest scores, the code drops the highest.
 
     The remaining scores are cut into ``strata`` equal-width bins; the budget k is spread over the bins from the
     smallest up (each takes min(its size, what is left / bins left)), and each bin is sampled uniformly.

@@ -1,0 +1,211 @@
+"""Labelled image classification data whose training batches carry sample indices, prunable to a kept subset.
+
+:class:`PrunableImageDataModule` serves ``(x, y, index)`` training batches (``index`` = position in the *full*
+training set, whatever subset is kept) and ``(x, y)`` evaluation batches. Sources:
+
+* ``"digits"`` (default, the embedded data): scikit-learn's 8×8 digits, pixels / 16, a stratified 1297 / 500 split;
+* ``"cifar10"`` / ``"cifar100"``: torchvision's files under ``data_dir`` (``cifar-10-batches-py/``,
+  ``cifar-100-python/``), with the official DUAL augmentation (random crop 32, padding 4, horizontal flip) applied
+  to whole batches on tensors, and its normalisation.
+
+``keep_indices`` (a list, or a ``.npy`` file of indices into the full training set) restricts training to a subset;
+``label_noise`` flips that fraction of training labels uniformly to another class (seeded; ``noisy`` marks them).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset
+
+from datamodules.base import BatchedDataModule
+
+__all__ = ["IndexedImages", "PrunableImageDataModule", "random_crop_flip"]
+
+_CIFAR_STATS = {
+    "cifar10": ((125.3, 123.0, 113.9), (63.0, 62.1, 66.7)),
+    "cifar100": ((129.3, 124.1, 112.4), (68.2, 65.4, 70.4)),
+}
+
+
+def random_crop_flip(x: Tensor, padding: int = 4, generator: torch.Generator | None = None) -> Tensor:
+    """Random crops of the zero-padded images and random horizontal flips, for a whole batch ``(B, C, H, W)`` at once.
+
+    Example:
+        >>> random_crop_flip(torch.rand(5, 3, 32, 32), generator=torch.Generator().manual_seed(0)).shape
+        torch.Size([5, 3, 32, 32])
+    """
+    b, c, h, w = x.shape
+    padded = torch.nn.functional.pad(x, (padding,) * 4)
+    top = torch.randint(0, 2 * padding + 1, (b, 1), generator=generator)
+    left = torch.randint(0, 2 * padding + 1, (b, 1), generator=generator)
+    rows = (top + torch.arange(h))[:, None, :, None]
+    cols = (left + torch.arange(w))[:, None, None, :]
+    flip = torch.rand(b, generator=generator) < 0.5
+    cols = torch.where(flip[:, None, None, None], cols.flip(-1), cols)
+    return padded[torch.arange(b)[:, None, None, None], torch.arange(c)[None, :, None, None], rows, cols]
+
+
+class IndexedImages(Dataset):
+    """Images, labels and their indices in the full set; ``__getitems__`` serves a batch with one index operation."""
+
+    def __init__(
+        self,
+        x: Tensor,
+        y: Tensor,
+        rows: Tensor | None = None,
+        with_index: bool = True,
+        augment: bool = False,
+        mean: Tensor | None = None,
+        std: Tensor | None = None,
+    ) -> None:
+        self.x, self.y = x, y
+        self.rows = torch.arange(len(x)) if rows is None else rows
+        self.with_index, self.augment, self.mean, self.std = with_index, augment, mean, std
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitems__(self, indices: Sequence[int]) -> tuple[Tensor, ...]:
+        rows = self.rows[torch.as_tensor(indices, dtype=torch.long)]
+        x = self.x[rows].float()
+        if self.x.dtype == torch.uint8:  # CIFAR is kept as bytes (4x less memory) and scaled per batch
+            x = x / 255.0
+        if self.augment:
+            x = random_crop_flip(x)
+        if self.mean is not None:
+            x = (x - self.mean) / self.std
+        return (x, self.y[rows], rows) if self.with_index else (x, self.y[rows])
+
+    def __getitem__(self, index: int) -> tuple[Tensor, ...]:
+        return tuple(t[0] for t in self.__getitems__([index]))
+
+
+class PrunableImageDataModule(BatchedDataModule):
+    """Image classification with indexed training batches and an optional kept subset (DUAL's pruning workflow).
+
+    Args:
+        dataset: ``"digits"``, ``"cifar10"`` or ``"cifar100"``.
+        data_dir: folder of the torchvision CIFAR files.
+        keep_indices: training subset: indices into the full training set, or a ``.npy`` file of them.
+        label_noise: fraction of training labels flipped uniformly to another class, in [0, 1).
+        noise_seed: seed of the flips.
+        test_size: test images of ``digits`` (the CIFARs have their own test split).
+        batch_size: images per batch.
+        num_workers: DataLoader workers.
+        seed: seed of the ``digits`` split.
+
+    The validation loader serves the test split (as the official DUAL code evaluates).
+
+    Example:
+        >>> dm = PrunableImageDataModule(batch_size=64)
+        >>> dm.setup("fit")
+        >>> x, y, index = next(iter(dm.train_dataloader()))
+        >>> x.shape, len(dm.train_set), dm.num_classes
+        (torch.Size([64, 1, 8, 8]), 1297, 10)
+    """
+
+    def __init__(
+        self,
+        dataset: str = "digits",
+        data_dir: str | None = None,
+        keep_indices: list[int] | str | None = None,
+        label_noise: float = 0.0,
+        noise_seed: int = 0,
+        test_size: int = 500,
+        batch_size: int = 64,
+        num_workers: int = 0,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if dataset not in ("digits", "cifar10", "cifar100"):
+            raise ValueError(f"unknown dataset {dataset!r}; choose 'digits', 'cifar10' or 'cifar100'")
+        if not 0 <= label_noise < 1:
+            raise ValueError(f"label_noise must be in [0, 1), got {label_noise}")
+        self.save_hyperparameters()
+        self.noisy: Tensor | None = None
+        self.num_classes = 10 if dataset != "cifar100" else 100
+
+    def _load(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        hp = self.hparams
+        if hp.dataset == "digits":
+            from sklearn.datasets import load_digits
+            from sklearn.model_selection import train_test_split
+
+            data = load_digits()
+            x = torch.from_numpy(data.images).float()[:, None] / 16.0
+            y = torch.from_numpy(data.target).long()
+            train, test = train_test_split(
+                np.arange(len(y)), test_size=hp.test_size, stratify=data.target, random_state=hp.seed
+            )
+            train, test = np.sort(train), np.sort(test)
+            return x[train], y[train], x[test], y[test]
+        import torchvision
+
+        cls = torchvision.datasets.CIFAR10 if hp.dataset == "cifar10" else torchvision.datasets.CIFAR100
+        if hp.data_dir is None:
+            raise ValueError(f"dataset={hp.dataset!r} needs data_dir, the folder torchvision keeps it in")
+        try:
+            parts = [cls(hp.data_dir, train=train, download=False) for train in (True, False)]
+        except RuntimeError as err:
+            raise FileNotFoundError(
+                f"{hp.dataset.upper()} is not in {hp.data_dir}: {err}. Put torchvision's files there "
+                f"(torchvision.datasets.{cls.__name__}(root, download=True) on a machine with a network)."
+            ) from err
+        out = []
+        for part in parts:
+            out += [torch.from_numpy(part.data).permute(0, 3, 1, 2).contiguous(), torch.as_tensor(part.targets)]
+        return tuple(out)
+
+    def _keep(self, n: int) -> Tensor | None:
+        keep = self.hparams.keep_indices
+        if keep is None:
+            return None
+        if isinstance(keep, str):
+            path = Path(keep).expanduser()
+            if not path.is_file():
+                raise FileNotFoundError(f"No index file at {path}: keep_indices is an .npy file of training indices")
+            keep = np.load(path, allow_pickle=False)
+        rows = torch.as_tensor(np.asarray(keep), dtype=torch.long).flatten()
+        if len(rows) == 0 or int(rows.min()) < 0 or int(rows.max()) >= n:
+            raise ValueError(f"keep_indices must index the {n} training samples (0 … {n - 1})")
+        if len(rows.unique()) != len(rows):
+            raise ValueError("keep_indices holds duplicates")
+        return rows.sort().values
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_set is not None:
+            return
+        hp = self.hparams
+        x, y, x_test, y_test = self._load()
+        y = y.clone()
+        g = torch.Generator().manual_seed(hp.noise_seed)
+        self.noisy = torch.rand(len(y), generator=g) < hp.label_noise
+        # Symmetric noise: a flipped label moves to one of the other classes, uniformly.
+        shift = torch.randint(1, self.num_classes, (len(y),), generator=g)
+        y[self.noisy] = (y[self.noisy] + shift[self.noisy]) % self.num_classes
+        mean = std = None
+        if hp.dataset in _CIFAR_STATS:
+            m, s = _CIFAR_STATS[hp.dataset]
+            mean, std = torch.tensor(m)[:, None, None] / 255, torch.tensor(s)[:, None, None] / 255
+        augment = hp.dataset != "digits"
+        self.train_set = IndexedImages(x, y, self._keep(len(y)), True, augment, mean, std)
+        self.test_set = IndexedImages(x_test, y_test, None, False, False, mean, std)
+        self.val_set = self.test_set
+
+    @property
+    def num_train(self) -> int:
+        """Size of the *full* training set (the length of a training-dynamics record)."""
+        self.setup("fit")
+        return len(self.train_set.x)
+
+    def describe(self) -> str:
+        """One line for model cards."""
+        hp = self.hparams
+        subset = "all" if hp.keep_indices is None else "a kept subset of"
+        noise = f", {hp.label_noise:.0%} symmetric label noise (seed {hp.noise_seed})" if hp.label_noise else ""
+        return f"{hp.dataset}: {subset} the training split{noise}, batch {hp.batch_size}"
