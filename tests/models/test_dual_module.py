@@ -1,0 +1,105 @@
+"""Tests of DUAL's classifier, its DataModule and its reproduction (the entry is not registered yet: issue 5)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from lightning import Trainer
+
+from callbacks import TrainingDynamics
+from datamodules.images import PrunableImageDataModule, random_crop_flip
+from zoo.models.dual import DualClassifier
+
+
+def test_scoring_run_stops_at_T_with_the_long_schedule(tmp_path) -> None:
+    """Check that the scoring run stops after T = 5 recorded epochs with the lr of a 200-epoch cosine at epoch 5."""
+    dm = PrunableImageDataModule(batch_size=128)
+    model = DualClassifier(lr=0.05, schedule_epochs=200)
+    cb = TrainingDynamics(epochs=5, save_dir=str(tmp_path))
+    trainer = Trainer(
+        max_epochs=200,
+        callbacks=[cb],
+        logger=False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(model, dm)
+    steps = trainer.global_step
+    assert trainer.current_epoch == 5 and cb.recorded_epochs == 5 and steps == 5 * math.ceil(1297 / 128)
+    expected = 0.05 * 0.5 * (1 + math.cos(math.pi * steps / (200 * math.ceil(1297 / 128))))
+    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(expected, rel=1e-6)
+    assert not torch.isnan(cb.record()["target_probs"]).any()
+
+
+def test_classifier_rejects_wrong_shapes_and_backbones() -> None:
+    """Check that a wrong image shape and an unknown backbone raise clear errors, and the ResNet stem is CIFAR's."""
+    model = DualClassifier()
+    with pytest.raises(ValueError, match=r"expected images of shape \(B, 1, 8, 8\)"):
+        model(torch.rand(2, 3, 8, 8))
+    with pytest.raises(ValueError, match="unknown backbone"):
+        DualClassifier(backbone="vgg")
+    resnet = DualClassifier(backbone="resnet18_cifar", in_shape=[3, 32, 32])
+    assert resnet.net.conv1.kernel_size == (3, 3) and resnet.net.conv1.stride == (1, 1)
+    assert resnet(torch.rand(2, 3, 32, 32)).shape == (2, 10)
+
+
+def test_datamodule_keeps_subsets_and_flips_labels(tmp_path) -> None:
+    """Check kept subsets (list and .npy) keep full-set indices, and label noise flips that share to other classes."""
+    clean = PrunableImageDataModule()
+    clean.setup("fit")
+    np.save(tmp_path / "keep.npy", np.array([3, 1, 7]))
+    for keep in ([3, 1, 7], str(tmp_path / "keep.npy")):
+        dm = PrunableImageDataModule(keep_indices=keep)
+        dm.setup("fit")
+        x, y, index = dm.train_set.__getitems__(range(3))
+        assert index.tolist() == [1, 3, 7]
+        torch.testing.assert_close(x, clean.train_set.x[[1, 3, 7]])
+    noisy = PrunableImageDataModule(label_noise=0.2, noise_seed=1)
+    noisy.setup("fit")
+    changed = noisy.train_set.y != clean.train_set.y
+    assert torch.equal(changed, noisy.noisy) and 0.15 < float(changed.float().mean()) < 0.25
+
+
+def test_datamodule_bad_input_raises(tmp_path) -> None:
+    """Check out-of-range, duplicate and missing keep_indices, bad noise, unknown datasets and missing CIFAR files."""
+    with pytest.raises(ValueError, match="must index the 1297"):
+        PrunableImageDataModule(keep_indices=[1297]).setup("fit")
+    with pytest.raises(ValueError, match="duplicates"):
+        PrunableImageDataModule(keep_indices=[1, 1]).setup("fit")
+    with pytest.raises(FileNotFoundError, match="No index file"):
+        PrunableImageDataModule(keep_indices=str(tmp_path / "none.npy")).setup("fit")
+    with pytest.raises(ValueError, match="label_noise"):
+        PrunableImageDataModule(label_noise=1.0)
+    with pytest.raises(ValueError, match="unknown dataset"):
+        PrunableImageDataModule(dataset="mnist")
+    with pytest.raises(FileNotFoundError, match="CIFAR10 is not in"):
+        PrunableImageDataModule(dataset="cifar10", data_dir=str(tmp_path)).setup("fit")
+
+
+def test_random_crop_flip_moves_pixels_within_the_padding() -> None:
+    """Check that a crop of a padded image is a shift by at most the padding, possibly mirrored, with zero fill."""
+    x = torch.arange(64.0).reshape(1, 1, 8, 8).expand(200, 1, 8, 8)
+    out = random_crop_flip(x, padding=2, generator=torch.Generator().manual_seed(0))
+    assert out.shape == x.shape
+    values = out[out > 0]
+    assert set(values.unique().tolist()) <= set(range(64))
+    # Some crops are flipped (a row read right to left) and some are not.
+    rows = out[:, 0, 4]
+    increasing = (rows[:, 1:] >= rows[:, :-1]) | (rows[:, 1:] == 0) | (rows[:, :-1] == 0)
+    assert 0 < int(increasing.all(1).sum()) < 200
+
+
+def test_quick_reproduction_claims_hold(tmp_path) -> None:
+    """Check that `zoo reproduce dual --quick` runs, writes its JSON and plot, and its claims hold."""
+    from zoo.models.dual.reproduce import run
+
+    r = run(quick=True, out=tmp_path)
+    assert (tmp_path / "dual.json").is_file() and (tmp_path / "dual.png").is_file()
+    claims = {k: v for k, v in r.items() if k.startswith("claims/")}
+    assert claims and all(v == 1.0 for v in claims.values()), claims
