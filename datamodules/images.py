@@ -9,7 +9,10 @@ training set, whatever subset is kept) and ``(x, y)`` evaluation batches. Source
   to whole batches on tensors, and its normalisation.
 
 ``keep_indices`` (a list, or a ``.npy`` file of indices into the full training set) restricts training to a subset;
-``label_noise`` flips that fraction of training labels uniformly to another class (seeded; ``noisy`` marks them).
+or ``prune_ratio`` prunes it with a method of ``zoo.models.dual.pruning`` from ``scores``: a ``dynamics.npz`` saved
+by ``callbacks.TrainingDynamics``, a ``.npy`` of one score per sample, or ``"auto"`` (run DUAL's 30-epoch scoring
+loop here first: about a second on digits). ``label_noise`` flips that fraction of training labels uniformly to
+another class (seeded; ``noisy`` marks them).
 """
 
 from __future__ import annotations
@@ -92,6 +95,12 @@ class PrunableImageDataModule(BatchedDataModule):
         dataset: ``"digits"``, ``"cifar10"`` or ``"cifar100"``.
         data_dir: folder of the torchvision CIFAR files.
         keep_indices: training subset: indices into the full training set, or a ``.npy`` file of them.
+        prune_ratio: fraction of the training set to prune, in (0, 1) (None: keep all or ``keep_indices``).
+        prune_method: ``"dual_beta"`` (default), ``"dual"``, ``"dyn_unc"``, ``"el2n"``, ``"ccs"`` or ``"random"``.
+        scores: ``dynamics.npz`` / score ``.npy`` path, or ``"auto"`` (score here with DUAL's short run).
+        score_epochs: epochs of the ``"auto"`` scoring run (T; its cosine is built for 200).
+        c_d: DUAL + β's c_D.
+        prune_seed: seed of the scoring run and of the sampling.
         label_noise: fraction of training labels flipped uniformly to another class, in [0, 1).
         noise_seed: seed of the flips.
         test_size: test images of ``digits`` (the CIFARs have their own test split).
@@ -114,6 +123,12 @@ class PrunableImageDataModule(BatchedDataModule):
         dataset: str = "digits",
         data_dir: str | None = None,
         keep_indices: list[int] | str | None = None,
+        prune_ratio: float | None = None,
+        prune_method: str = "dual_beta",
+        scores: str | None = None,
+        score_epochs: int = 30,
+        c_d: float = 4.0,
+        prune_seed: int = 0,
         label_noise: float = 0.0,
         noise_seed: int = 0,
         test_size: int = 500,
@@ -126,6 +141,17 @@ class PrunableImageDataModule(BatchedDataModule):
             raise ValueError(f"unknown dataset {dataset!r}; choose 'digits', 'cifar10' or 'cifar100'")
         if not 0 <= label_noise < 1:
             raise ValueError(f"label_noise must be in [0, 1), got {label_noise}")
+        if prune_ratio is not None:
+            from zoo.models.dual.pruning import METHODS
+            from zoo.models.dual.scores import keep_count
+
+            keep_count(1, prune_ratio)  # checks 0 < ratio < 1
+            if keep_indices is not None:
+                raise ValueError("give keep_indices or prune_ratio, not both")
+            if prune_method not in METHODS:
+                raise ValueError(f"unknown prune_method {prune_method!r}; choose one of {METHODS}")
+            if prune_method != "random" and scores is None:
+                raise ValueError(f"prune_method={prune_method!r} needs scores: a dynamics.npz, a .npy or 'auto'")
         self.save_hyperparameters()
         self.noisy: Tensor | None = None
         self.num_classes = 10 if dataset != "cifar100" else 100
@@ -193,9 +219,24 @@ class PrunableImageDataModule(BatchedDataModule):
             m, s = _CIFAR_STATS[hp.dataset]
             mean, std = torch.tensor(m)[:, None, None] / 255, torch.tensor(s)[:, None, None] / 255
         augment = hp.dataset != "digits"
-        self.train_set = IndexedImages(x, y, self._keep(len(y)), True, augment, mean, std)
+        keep = self._keep(len(y))
+        if hp.prune_ratio is not None and stage in (None, "fit"):  # evaluation never needs the pruned train split
+            keep = self._prune(x if mean is None else (x.float() / 255 - mean) / std, y).sort().values
+        self.train_set = IndexedImages(x, y, keep, True, augment, mean, std)
         self.test_set = IndexedImages(x_test, y_test, None, False, False, mean, std)
         self.val_set = self.test_set
+
+    def _prune(self, x: Tensor, y: Tensor) -> Tensor:
+        from zoo.models.dual.pruning import load_record, prune_indices, score_run
+
+        hp = self.hparams
+        record = None
+        if hp.prune_method != "random":
+            if hp.scores == "auto":
+                record = score_run(x, y, epochs=hp.score_epochs, batch_size=hp.batch_size, seed=hp.prune_seed)
+            else:
+                record = load_record(hp.scores, len(y))
+        return prune_indices(hp.prune_method, hp.prune_ratio, record, len(y), c_d=hp.c_d, seed=hp.prune_seed)
 
     @property
     def num_train(self) -> int:
@@ -206,6 +247,12 @@ class PrunableImageDataModule(BatchedDataModule):
     def describe(self) -> str:
         """One line for model cards."""
         hp = self.hparams
-        subset = "all" if hp.keep_indices is None else "a kept subset of"
+        subset = "all of the training split" if hp.keep_indices is None else "a kept subset of the training split"
+        if hp.prune_ratio is not None:
+            source = "DUAL's 30-epoch scoring run" if hp.scores == "auto" else f"`{hp.scores}`"
+            subset = (
+                f"{1 - hp.prune_ratio:.0%} of the training split, pruned by `{hp.prune_method}` at "
+                f"r = {hp.prune_ratio} (scores from {source})"
+            )
         noise = f", {hp.label_noise:.0%} symmetric label noise (seed {hp.noise_seed})" if hp.label_noise else ""
-        return f"{hp.dataset}: {subset} the training split{noise}, batch {hp.batch_size}"
+        return f"{hp.dataset}: {subset}{noise}, batch {hp.batch_size}"

@@ -113,6 +113,17 @@ _SEAD = _Family(
     tags=("anomaly-detection", "streaming"),
 )
 
+_DUAL = _Family(
+    module="zoo.models.dual.DualClassifier",
+    datamodule="datamodules.images.PrunableImageDataModule",
+    paper=Paper(
+        "Lightweight Dataset Pruning without Full Training via Example Difficulty and Prediction Uncertainty",
+        code="https://github.com/behaapyy/dual-pruning",
+        arxiv="2502.06905",
+    ),
+    reproduce="zoo.models.dual.reproduce.run",
+    tags=("dataset-pruning", "classification"),
+)
 _EFM_PAPER = Paper(
     "Field Matching: an Electrostatic Paradigm to Generate and Transfer Data",
     code="https://github.com/justkolesov/FieldMatching",
@@ -142,6 +153,10 @@ ENTRIES: tuple[Entry, ...] = (
         "cv-winrate-offshelf",
         "Off-the-shelf (shifted-population) reward model for control-variates evaluation.",
         "baseline",
+    ),
+    _DUAL.entry(
+        "dual",
+        "Digits classifier trained on the half of the data kept by DUAL + Beta sampling (scores from 30 of 200 epochs).",
     ),
     _EFM.entry(
         "efm",

@@ -95,11 +95,39 @@ def test_random_crop_flip_moves_pixels_within_the_padding() -> None:
     assert 0 < int(increasing.all(1).sum()) < 200
 
 
-def test_quick_reproduction_claims_hold(tmp_path) -> None:
-    """Check that `zoo reproduce dual --quick` runs, writes its JSON and plot, and its claims hold."""
-    from zoo.models.dual.reproduce import run
+def test_prune_ratio_with_auto_scores_keeps_half_and_skips_scoring_for_test() -> None:
+    """Check that prune_ratio=0.5 with scores='auto' keeps 648 of 1297 samples and that a test setup does not prune."""
+    dm = PrunableImageDataModule(prune_ratio=0.5, scores="auto")
+    dm.setup("fit")
+    assert len(dm.train_set) == 648 and len(dm.train_set.rows.unique()) == 648
+    test_only = PrunableImageDataModule(prune_ratio=0.5, scores="auto")
+    test_only.setup("test")
+    assert len(test_only.train_set) == 1297  # no scoring run for evaluation
 
-    r = run(quick=True, out=tmp_path)
-    assert (tmp_path / "dual.json").is_file() and (tmp_path / "dual.png").is_file()
-    claims = {k: v for k, v in r.items() if k.startswith("claims/")}
-    assert claims and all(v == 1.0 for v in claims.values()), claims
+
+def test_pruning_workflow_from_a_recorded_dynamics_file(tmp_path) -> None:
+    """Check score files: a dynamics.npz prunes with every method, a wrong-length file and bad arguments raise."""
+    from zoo.models.dual.pruning import METHODS, load_record, prune_indices, score_run
+
+    dm = PrunableImageDataModule()
+    dm.setup("fit")
+    record = score_run(dm.train_set.x, dm.train_set.y, epochs=12)
+    np.savez(tmp_path / "dynamics.npz", **{k: v.numpy() for k, v in record.items()})
+    loaded = load_record(tmp_path / "dynamics.npz", 1297)
+    for method in METHODS:
+        keep = prune_indices(method, 0.7, loaded, 1297)
+        assert len(keep) == 389 and len(keep.unique()) == 389, method
+    pruned = PrunableImageDataModule(prune_ratio=0.7, prune_method="dual", scores=str(tmp_path / "dynamics.npz"))
+    pruned.setup("fit")
+    assert len(pruned.train_set) == 389
+    np.save(tmp_path / "short.npy", np.zeros(10))
+    with pytest.raises(ValueError, match="covers 10 samples but the training set has 1297"):
+        PrunableImageDataModule(prune_ratio=0.5, prune_method="dual", scores=str(tmp_path / "short.npy")).setup("fit")
+    with pytest.raises(ValueError, match="pruning ratio must be in"):
+        PrunableImageDataModule(prune_ratio=1.0, scores="auto")
+    with pytest.raises(ValueError, match="needs scores"):
+        PrunableImageDataModule(prune_ratio=0.5, prune_method="dual")
+    with pytest.raises(ValueError, match="not both"):
+        PrunableImageDataModule(prune_ratio=0.5, scores="auto", keep_indices=[1])
+    with pytest.raises(FileNotFoundError, match="No score file"):
+        load_record(tmp_path / "none.npz", 1297)

@@ -1,8 +1,4 @@
-"""DUAL: dataset pruning from early training dynamics, difficulty × uncertainty (Cho et al., ICML 2025).
-
-Work in progress (issue 5): scores, selections, the classifier and its DataModule are here; the conf, hub entry,
-reproduction and notebook follow.
-"""
+"""DUAL: dataset pruning from early training dynamics, difficulty × uncertainty (Cho et al., ICML 2025)."""
 
 from zoo.models.dual.module import DualClassifier, build_backbone
 from zoo.models.dual.scores import (

@@ -200,7 +200,10 @@ def ccs_select(
     if len(kept) < k:
         raise ValueError(f"hard_cut={hard_cut} leaves {len(kept)} samples, fewer than the {k} to keep")
     s = score[kept].double()
-    low, high = float(s.min()), float(s.max()) * 1.0001 + 1e-12
+    # The top edge just past the maximum, relative to the range (the official `max * 1.0001` breaks on negative or
+    # offset scores): the largest score falls in the last stratum, and a constant shift changes nothing.
+    low = float(s.min())
+    high = float(s.max()) + 1e-4 * (float(s.max()) - low) + 1e-12
     bins = ((s - low) / ((high - low) / strata)).long().clamp(0, strata - 1)
     sizes = torch.bincount(bins, minlength=strata)
     budget = torch.zeros(strata, dtype=torch.long)

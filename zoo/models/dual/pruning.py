@@ -1,0 +1,133 @@
+"""DUAL's workflow pieces: the short scoring run as a plain loop, and "record → score → kept indices"."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from zoo.models.dual.module import build_backbone
+from zoo.models.dual.scores import (
+    beta_select,
+    ccs_select,
+    dual_score,
+    dyn_unc_score,
+    el2n_score,
+    random_select,
+    topk_select,
+)
+
+__all__ = ["METHODS", "load_record", "prune_indices", "score_run"]
+
+METHODS = ("dual_beta", "dual", "dyn_unc", "el2n", "ccs", "random")
+
+
+def score_run(
+    x: Tensor,
+    y: Tensor,
+    epochs: int = 30,
+    schedule_epochs: int = 200,
+    batch_size: int = 64,
+    lr: float = 0.05,
+    backbone: str = "mlp",
+    seed: int = 0,
+) -> dict[str, Tensor]:
+    """DUAL's scoring run without a Trainer: SGD (Nesterov, wd 5e-4) with a cosine built for ``schedule_epochs``,
+    stopped after ``epochs``, recording each sample's softmax from its own training step (train mode), by index.
+
+    The same protocol as ``DualClassifier`` + ``callbacks.TrainingDynamics``, for DataModules that prune before
+    training starts (a Trainer inside another Trainer's setup is not an option).
+
+    Returns:
+        ``{"target_probs": (epochs, N), "probs": (epochs, N, C), "labels": (N,)}``.
+    """
+    torch.manual_seed(seed)
+    classes = int(y.max()) + 1
+    net = build_backbone(backbone, list(x.shape[1:]), classes)
+    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9, nesterov=True, weight_decay=5e-4)
+    per_epoch = math.ceil(len(x) / batch_size)
+    total = schedule_epochs * per_epoch
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, total) / total))
+    )
+    probs = torch.empty(epochs, len(x), classes)
+    g = torch.Generator().manual_seed(seed)
+    net.train()
+    for epoch in range(epochs):
+        order = torch.randperm(len(x), generator=g)
+        for start in range(0, len(x), batch_size):
+            rows = order[start : start + batch_size]
+            logits = net(x[rows])
+            loss = nn.functional.cross_entropy(logits, y[rows])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            probs[epoch, rows] = logits.detach().softmax(dim=-1)
+    target = probs.gather(-1, y[None, :, None].expand(epochs, -1, 1)).squeeze(-1)
+    return {"target_probs": target, "probs": probs, "labels": y.clone()}
+
+
+def load_record(path: str | Path, n: int) -> dict[str, Tensor]:
+    """Read a ``dynamics.npz`` (``callbacks.TrainingDynamics``) or a ``.npy`` of per-sample scores for ``n`` samples."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise FileNotFoundError(
+            f"No score file at {file}: give the dynamics.npz that callbacks.TrainingDynamics saved "
+            "(zoo fit -c conf/dual-score.yaml) or a .npy of one score per training sample"
+        )
+    if file.suffix == ".npz":
+        with np.load(file, allow_pickle=False) as data:
+            record = {k: torch.from_numpy(data[k]) for k in data.files}
+        length = record["target_probs"].shape[-1]
+    else:
+        record = {"score": torch.from_numpy(np.load(file, allow_pickle=False)).double().flatten()}
+        length = len(record["score"])
+    if length != n:
+        raise ValueError(f"the score file {file} covers {length} samples but the training set has {n}")
+    return record
+
+
+def prune_indices(
+    method: str, ratio: float, record: dict[str, Tensor] | None, n: int, c_d: float = 4.0, seed: int = 0
+) -> Tensor:
+    """Indices kept when pruning a fraction ``ratio`` of ``n`` samples with ``method`` (one of ``METHODS``).
+
+    ``record`` holds ``target_probs`` (and ``probs``/``labels`` for EL2N) or a ready ``score``; DUAL and DUAL + β use
+    the first 30 epochs, EL2N epoch 10 (or the last recorded one), Dyn-Unc all recorded epochs.
+
+    Example:
+        >>> rec = score_run(torch.rand(200, 1, 8, 8), torch.randint(0, 10, (200,)), epochs=12)
+        >>> prune_indices("dual_beta", 0.5, rec, 200).shape
+        torch.Size([100])
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown pruning method {method!r}; choose one of {METHODS}")
+    g = torch.Generator().manual_seed(seed)
+    if method == "random":
+        return random_select(n, ratio, generator=g)
+    if record is None:
+        raise ValueError(f"pruning with {method!r} needs the training dynamics or a score file")
+    if "score" in record:
+        if method == "dual_beta":
+            raise ValueError("DUAL + beta needs the target probabilities: give a dynamics.npz, not a score .npy")
+        score = record["score"]
+    else:
+        tp = record["target_probs"]
+        epochs = min(30, len(tp))
+        if method in ("dual", "dual_beta", "ccs"):
+            score = dual_score(tp, epochs=epochs, window=min(10, epochs))
+        elif method == "dyn_unc":
+            score = dyn_unc_score(tp, window=min(10, len(tp)))
+        else:
+            if "probs" not in record:
+                raise ValueError("EL2N needs the full softmax: record with TrainingDynamics(record_probs=True)")
+            score = el2n_score(record["probs"][min(10, len(tp) - 1)], record["labels"])
+        if method == "dual_beta":
+            return beta_select(score, tp, ratio, c_d=c_d, epochs=epochs, generator=g)
+    if method == "ccs":
+        return ccs_select(score, ratio, generator=g)
+    return topk_select(score, ratio)
