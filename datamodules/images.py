@@ -233,6 +233,11 @@ class PrunableImageDataModule(BatchedDataModule):
         record = None
         if hp.prune_method != "random":
             if hp.scores == "auto":
+                if hp.dataset != "digits":
+                    raise ValueError(
+                        "scores='auto' runs the small MLP scoring loop of the embedded digits; for "
+                        f"{hp.dataset} record the dynamics with conf/dual-score.yaml and pass its dynamics.npz"
+                    )
                 record = score_run(x, y, epochs=hp.score_epochs, batch_size=hp.batch_size, seed=hp.prune_seed)
             else:
                 record = load_record(hp.scores, len(y))

@@ -1,4 +1,4 @@
-"""Tests of DUAL's classifier, its DataModule and its reproduction (the entry is not registered yet: issue 5)."""
+"""Tests of DUAL's classifier, its DataModule and the pruning workflow (the reproduction runs in the contract tests)."""
 
 from __future__ import annotations
 
