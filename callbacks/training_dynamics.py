@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 __all__ = ["TrainingDynamics"]
@@ -38,7 +39,8 @@ class TrainingDynamics(Callback):
 
     Args:
         epochs: epochs to record (DUAL: T = 30 on CIFAR).
-        num_samples: N; default ``len(trainer.train_dataloader.dataset)``.
+        num_samples: N; default the datamodule's ``num_train`` (the full set, e.g. ``PrunableImageDataModule``),
+            else ``len(trainer.train_dataloader.dataset)``.
         record_probs: also keep the full softmax ``(epochs, N, C)`` (EL2N, forgetting, AUM, TDDS need it).
         record_loss: also keep the per-sample cross-entropy ``(epochs, N)``.
         stop: stop training after ``epochs`` epochs.
@@ -71,7 +73,10 @@ class TrainingDynamics(Callback):
         self.path: Path | None = None
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        n = self.num_samples if self.num_samples is not None else len(trainer.train_dataloader.dataset)
+        n = self.num_samples
+        if n is None:  # indices are positions in the full training set, also when a subset is kept
+            full = getattr(trainer.datamodule, "num_train", None) if trainer.datamodule is not None else None
+            n = full if isinstance(full, int) else len(trainer.train_dataloader.dataset)
         device = pl_module.device
         self.target_probs = torch.full((self.epochs, n), float("nan"), device=device)
         self.labels = torch.full((n,), -1, dtype=torch.long, device=device)
@@ -110,6 +115,13 @@ class TrainingDynamics(Callback):
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.target_probs is None or trainer.current_epoch >= self.epochs:
             return
+        missing = int(torch.isnan(self.target_probs[trainer.current_epoch]).sum())  # one host sync per epoch
+        if missing:
+            rank_zero_warn(
+                f"{type(self).__name__}: {missing} of {self.target_probs.shape[1]} samples got no record in epoch "
+                f"{trainer.current_epoch} (drop_last, limit_train_batches, a kept subset or a sampler that skips "
+                "samples); their entries stay NaN and so will their scores."
+            )
         self.recorded_epochs = trainer.current_epoch + 1
         if self.recorded_epochs == self.epochs:
             self.save(trainer)

@@ -6,7 +6,10 @@ training set, whatever subset is kept) and ``(x, y)`` evaluation batches. Source
 * ``"digits"`` (default, the embedded data): scikit-learn's 8×8 digits, pixels / 16, a stratified 1297 / 500 split;
 * ``"cifar10"`` / ``"cifar100"``: torchvision's files under ``data_dir`` (``cifar-10-batches-py/``,
   ``cifar-100-python/``), with the official DUAL augmentation (random crop 32, padding 4, horizontal flip) applied
-  to whole batches on tensors, and its normalisation.
+  to whole batches on tensors, and its normalisation;
+* ``"imagefolder"`` (ImageNet-1k and the like): ``data_dir/train/<class>/*`` and ``data_dir/val/<class>/*`` (the
+  ImageNet validation images sorted into class folders), random-resized crops of 224 and flips for training,
+  resize 256 + centre crop 224 for evaluation, ImageNet normalisation.
 
 ``keep_indices`` (a list, or a ``.npy`` file of indices into the full training set) restricts training to a subset;
 or ``prune_ratio`` prunes it with a method of ``zoo.models.dual.pruning`` from ``scores``: a ``dynamics.npz`` saved
@@ -18,7 +21,7 @@ another class (seeded; ``noisy`` marks them).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -27,7 +30,7 @@ from torch.utils.data import Dataset
 
 from datamodules.base import BatchedDataModule
 
-__all__ = ["IndexedImages", "PrunableImageDataModule", "random_crop_flip"]
+__all__ = ["IndexedImageFolder", "IndexedImages", "PrunableImageDataModule", "random_crop_flip"]
 
 _CIFAR_STATS = {
     "cifar10": ((125.3, 123.0, 113.9), (63.0, 62.1, 66.7)),
@@ -88,12 +91,35 @@ class IndexedImages(Dataset):
         return tuple(t[0] for t in self.__getitems__([index]))
 
 
+class IndexedImageFolder(Dataset):
+    """An ``ImageFolder`` tree served as ``(x, y, index)`` (training) or ``(x, y)`` batches, ``rows`` a kept subset.
+
+    Images are decoded and transformed one by one (``num_workers`` parallelises that); labels come from ``targets``
+    so that label noise applies.
+    """
+
+    def __init__(self, folder: Any, targets: Tensor, rows: Tensor | None, with_index: bool, transform: Any) -> None:
+        self.folder, self.targets, self.with_index, self.transform = folder, targets, with_index, transform
+        self.rows = torch.arange(len(folder)) if rows is None else rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitems__(self, indices: Sequence[int]) -> tuple[Tensor, ...]:
+        rows = self.rows[torch.as_tensor(indices, dtype=torch.long)]
+        x = torch.stack([self.transform(self.folder.loader(self.folder.samples[int(r)][0])) for r in rows])
+        return (x, self.targets[rows], rows) if self.with_index else (x, self.targets[rows])
+
+    def __getitem__(self, index: int) -> tuple[Tensor, ...]:
+        return tuple(t[0] for t in self.__getitems__([index]))
+
+
 class PrunableImageDataModule(BatchedDataModule):
     """Image classification with indexed training batches and an optional kept subset (DUAL's pruning workflow).
 
     Args:
-        dataset: ``"digits"``, ``"cifar10"`` or ``"cifar100"``.
-        data_dir: folder of the torchvision CIFAR files.
+        dataset: ``"digits"``, ``"cifar10"``, ``"cifar100"`` or ``"imagefolder"``.
+        data_dir: folder of the torchvision CIFAR files, or of ``train/`` and ``val/`` class folders.
         keep_indices: training subset: indices into the full training set, or a ``.npy`` file of them.
         prune_ratio: fraction of the training set to prune, in (0, 1) (None: keep all or ``keep_indices``).
         prune_method: ``"dual_beta"`` (default), ``"dual"``, ``"dyn_unc"``, ``"el2n"``, ``"ccs"`` or ``"random"``.
@@ -137,8 +163,8 @@ class PrunableImageDataModule(BatchedDataModule):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        if dataset not in ("digits", "cifar10", "cifar100"):
-            raise ValueError(f"unknown dataset {dataset!r}; choose 'digits', 'cifar10' or 'cifar100'")
+        if dataset not in ("digits", "cifar10", "cifar100", "imagefolder"):
+            raise ValueError(f"unknown dataset {dataset!r}; choose 'digits', 'cifar10', 'cifar100' or 'imagefolder'")
         if not 0 <= label_noise < 1:
             raise ValueError(f"label_noise must be in [0, 1), got {label_noise}")
         if prune_ratio is not None:
@@ -154,7 +180,7 @@ class PrunableImageDataModule(BatchedDataModule):
                 raise ValueError(f"prune_method={prune_method!r} needs scores: a dynamics.npz, a .npy or 'auto'")
         self.save_hyperparameters()
         self.noisy: Tensor | None = None
-        self.num_classes = 10 if dataset != "cifar100" else 100
+        self.num_classes = {"cifar100": 100, "imagefolder": 0}.get(dataset, 10)  # imagefolder: set in setup
 
     def _load(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         hp = self.hparams
@@ -203,17 +229,50 @@ class PrunableImageDataModule(BatchedDataModule):
             raise ValueError("keep_indices holds duplicates")
         return rows.sort().values
 
+    def _folders(self) -> tuple[Any, Any]:
+        import torchvision
+        from torchvision import transforms as T
+
+        root = Path(self.hparams.data_dir or "").expanduser()
+        missing = [root / part for part in ("train", "val") if not (root / part).is_dir()]
+        if self.hparams.data_dir is None or missing:
+            raise FileNotFoundError(
+                f"No image folders at {missing[0] if missing else root}: dataset='imagefolder' needs data_dir with "
+                "train/<class>/<image> and val/<class>/<image> (ImageNet's validation images sorted into class folders)"
+            )
+        normalize = T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+        train_tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(), normalize])
+        test_tf = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(), normalize])
+        train = torchvision.datasets.ImageFolder(str(root / "train"))
+        test = torchvision.datasets.ImageFolder(str(root / "val"))
+        return (train, train_tf), (test, test_tf)
+
+    def _noise(self, y: Tensor) -> Tensor:
+        """Flip ``label_noise`` of the labels uniformly to another class (seeded); marks them in ``noisy``."""
+        y = y.clone()
+        g = torch.Generator().manual_seed(self.hparams.noise_seed)
+        self.noisy = torch.rand(len(y), generator=g) < self.hparams.label_noise
+        shift = torch.randint(1, self.num_classes, (len(y),), generator=g)
+        y[self.noisy] = (y[self.noisy] + shift[self.noisy]) % self.num_classes
+        return y
+
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:
             return
         hp = self.hparams
+        if hp.dataset == "imagefolder":
+            (train, train_tf), (test, test_tf) = self._folders()
+            self.num_classes = len(train.classes)
+            y = self._noise(torch.as_tensor(train.targets))
+            keep = self._keep(len(y))
+            if hp.prune_ratio is not None and stage in (None, "fit"):
+                keep = self._prune(None, y).sort().values
+            self.train_set = IndexedImageFolder(train, y, keep, True, train_tf)
+            self.test_set = IndexedImageFolder(test, torch.as_tensor(test.targets), None, False, test_tf)
+            self.val_set = self.test_set
+            return
         x, y, x_test, y_test = self._load()
-        y = y.clone()
-        g = torch.Generator().manual_seed(hp.noise_seed)
-        self.noisy = torch.rand(len(y), generator=g) < hp.label_noise
-        # Symmetric noise: a flipped label moves to one of the other classes, uniformly.
-        shift = torch.randint(1, self.num_classes, (len(y),), generator=g)
-        y[self.noisy] = (y[self.noisy] + shift[self.noisy]) % self.num_classes
+        y = self._noise(y)  # symmetric: a flipped label moves to one of the other classes, uniformly
         mean = std = None
         if hp.dataset in _CIFAR_STATS:
             m, s = _CIFAR_STATS[hp.dataset]
@@ -226,7 +285,7 @@ class PrunableImageDataModule(BatchedDataModule):
         self.test_set = IndexedImages(x_test, y_test, None, False, False, mean, std)
         self.val_set = self.test_set
 
-    def _prune(self, x: Tensor, y: Tensor) -> Tensor:
+    def _prune(self, x: Tensor | None, y: Tensor) -> Tensor:
         from zoo.models.dual.pruning import load_record, prune_indices, score_run
 
         hp = self.hparams
@@ -247,7 +306,7 @@ class PrunableImageDataModule(BatchedDataModule):
     def num_train(self) -> int:
         """Size of the *full* training set (the length of a training-dynamics record)."""
         self.setup("fit")
-        return len(self.train_set.x)
+        return len(self.train_set.targets if isinstance(self.train_set, IndexedImageFolder) else self.train_set.x)
 
     def describe(self) -> str:
         """One line for model cards."""

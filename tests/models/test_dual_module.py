@@ -131,3 +131,41 @@ def test_pruning_workflow_from_a_recorded_dynamics_file(tmp_path) -> None:
         PrunableImageDataModule(prune_ratio=0.5, scores="auto", keep_indices=[1])
     with pytest.raises(FileNotFoundError, match="No score file"):
         load_record(tmp_path / "none.npz", 1297)
+
+
+def test_image_folder_path_serves_indexed_batches(tmp_path) -> None:
+    """Check the ImageNet-style folder path: indexed 224-pixel training batches, kept subsets, clear missing-data error."""
+    from PIL import Image
+
+    for split in ("train", "val"):
+        for label in ("cat", "dog"):
+            (tmp_path / split / label).mkdir(parents=True)
+            for i in range(3):
+                Image.new("RGB", (40, 30), (40 * i, 100, 200)).save(tmp_path / split / label / f"{i}.png")
+    dm = PrunableImageDataModule(dataset="imagefolder", data_dir=str(tmp_path), keep_indices=[0, 4, 5], batch_size=2)
+    dm.setup("fit")
+    x, y, index = next(iter(dm.train_dataloader()))
+    assert x.shape == (2, 3, 224, 224) and dm.num_classes == 2 and dm.num_train == 6
+    assert set(index.tolist()) <= {0, 4, 5} and len(dm.train_set) == 3
+    x_val, y_val = next(iter(dm.val_dataloader()))
+    assert x_val.shape == (2, 3, 224, 224) and y_val.tolist() == [0, 0]
+    with pytest.raises(FileNotFoundError, match="train/<class>/<image>"):
+        PrunableImageDataModule(dataset="imagefolder", data_dir=str(tmp_path / "none")).setup("fit")
+
+
+def test_callback_warns_when_samples_miss_their_record(tmp_path) -> None:
+    """Check that an epoch that skips samples (limit_train_batches) warns that their record stays NaN."""
+    cb = TrainingDynamics(epochs=1, save_dir=str(tmp_path))
+    trainer = Trainer(
+        max_epochs=1,
+        limit_train_batches=3,
+        callbacks=[cb],
+        logger=False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        default_root_dir=tmp_path,
+    )
+    with pytest.warns(UserWarning, match=r"1105 of 1297 samples got no record"):
+        trainer.fit(DualClassifier(), PrunableImageDataModule(batch_size=64))
