@@ -83,3 +83,42 @@ def test_bad_batches_and_outputs_raise(tmp_path) -> None:
         _trainer(tmp_path, TrainingDynamics(epochs=1), 1).fit(_Classifier(logits_key="out"), DataLoader(_data()))
     with pytest.raises(ValueError, match="epochs must be >= 1"):
         TrainingDynamics(epochs=0)
+
+
+_DDP_SCRIPT = """
+import sys
+import torch
+from lightning import Trainer
+from callbacks import TrainingDynamics
+from datamodules.images import PrunableImageDataModule
+from zoo.models.dual import DualClassifier
+
+torch.manual_seed(0)
+callback = TrainingDynamics(epochs=2, record_probs=True, save_dir=sys.argv[1])
+trainer = Trainer(max_epochs=200, strategy="ddp", devices=2, accelerator="cpu", callbacks=[callback], logger=False,
+                  enable_progress_bar=False, enable_checkpointing=False, enable_model_summary=False,
+                  limit_val_batches=0, num_sanity_val_steps=0)
+trainer.fit(DualClassifier(), PrunableImageDataModule(batch_size=64))
+"""
+
+
+def test_ddp_gathers_every_sample_once_per_epoch(tmp_path) -> None:
+    """Check that under 2-process DDP the saved record covers all 1297 samples in each of the 2 epochs (no NaN)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "record.py"
+    script.write_text(_DDP_SCRIPT)
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)}
+    result = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, cwd=root, env=env, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    saved = np.load(tmp_path / "dynamics.npz")
+    assert saved["target_probs"].shape == (2, 1297) and not np.isnan(saved["target_probs"]).any()
+    assert saved["probs"].shape == (2, 1297, 10)
+    np.testing.assert_allclose(saved["probs"].sum(-1), 1.0, rtol=1e-5)
+    assert (saved["labels"] >= 0).all()
