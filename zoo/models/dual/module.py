@@ -11,7 +11,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from zoo.module import ZooModule
 
-__all__ = ["DualClassifier", "build_backbone"]
+__all__ = ["DualClassifier", "build_backbone", "cosine_schedule"]
 
 
 def build_backbone(backbone: str, in_shape: list[int], num_classes: int, hidden: list[int] | None = None) -> nn.Module:
@@ -34,6 +34,13 @@ def build_backbone(backbone: str, in_shape: list[int], num_classes: int, hidden:
         net.maxpool = nn.Identity()
         return net
     raise ValueError(f"unknown backbone {backbone!r}; choose 'mlp' or 'resnet18_cifar'")
+
+
+def cosine_schedule(opt: torch.optim.Optimizer, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """Cosine from the peak learning rate to 0 over ``total_steps`` optimiser steps, flat at 0 after (stepped per
+    iteration, as the official DUAL code)."""
+    total = max(total_steps, 1)
+    return torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, total) / total)))
 
 
 class DualClassifier(ZooModule):
@@ -118,9 +125,7 @@ class DualClassifier(ZooModule):
         total = max(int(self.trainer.estimated_stepping_batches), 1)
         if hp.schedule_epochs is not None and self.trainer.max_epochs and self.trainer.max_epochs > 0:
             total = math.ceil(total / self.trainer.max_epochs) * hp.schedule_epochs  # per-epoch steps × the long run
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, total) / total))
-        )
+        sched = cosine_schedule(opt, total)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def card_notes(self) -> str:

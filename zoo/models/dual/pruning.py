@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from zoo.models.dual.module import build_backbone
+from zoo.models.dual.module import build_backbone, cosine_schedule
 from zoo.models.dual.scores import (
     beta_select,
     ccs_select,
@@ -20,40 +20,35 @@ from zoo.models.dual.scores import (
     topk_select,
 )
 
-__all__ = ["METHODS", "load_record", "prune_indices", "score_run"]
+__all__ = ["METHODS", "load_record", "prune_indices", "score_run", "sgd_fit"]
 
 METHODS = ("dual_beta", "dual", "dyn_unc", "el2n", "ccs", "random")
 
 
-def score_run(
+def sgd_fit(
     x: Tensor,
     y: Tensor,
-    epochs: int = 30,
-    schedule_epochs: int = 200,
+    epochs: int,
+    schedule_epochs: int | None = None,
     batch_size: int = 64,
     lr: float = 0.05,
     backbone: str = "mlp",
+    num_classes: int | None = None,
     seed: int = 0,
-) -> dict[str, Tensor]:
-    """DUAL's scoring run without a Trainer: SGD (Nesterov, wd 5e-4) with a cosine built for ``schedule_epochs``,
-    stopped after ``epochs``, recording each sample's softmax from its own training step (train mode), by index.
+    record: bool = False,
+) -> tuple[nn.Module, Tensor | None]:
+    """DUAL's training recipe as a plain loop: SGD (momentum 0.9, Nesterov, wd 5e-4), cosine per iteration built for
+    ``schedule_epochs`` (default ``epochs``), shuffled batches, ``epochs`` epochs.
 
-    The same protocol as ``DualClassifier`` + ``callbacks.TrainingDynamics``, for DataModules that prune before
-    training starts (a Trainer inside another Trainer's setup is not an option).
-
-    Returns:
-        ``{"target_probs": (epochs, N), "probs": (epochs, N, C), "labels": (N,)}``.
+    With ``record``, also returns each sample's softmax ``(epochs, N, C)`` from its own training step (train mode),
+    by index: the protocol of ``DualClassifier`` + ``callbacks.TrainingDynamics`` without a Trainer.
     """
     torch.manual_seed(seed)
-    classes = int(y.max()) + 1
+    classes = num_classes or int(y.max()) + 1
     net = build_backbone(backbone, list(x.shape[1:]), classes)
     opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9, nesterov=True, weight_decay=5e-4)
-    per_epoch = math.ceil(len(x) / batch_size)
-    total = schedule_epochs * per_epoch
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, total) / total))
-    )
-    probs = torch.empty(epochs, len(x), classes)
+    sched = cosine_schedule(opt, (schedule_epochs or epochs) * math.ceil(len(x) / batch_size))
+    probs = torch.empty(epochs, len(x), classes) if record else None
     g = torch.Generator().manual_seed(seed)
     net.train()
     for epoch in range(epochs):
@@ -66,7 +61,29 @@ def score_run(
             loss.backward()
             opt.step()
             sched.step()
-            probs[epoch, rows] = logits.detach().softmax(dim=-1)
+            if probs is not None:
+                probs[epoch, rows] = logits.detach().softmax(dim=-1)
+    return net.eval(), probs
+
+
+def score_run(
+    x: Tensor,
+    y: Tensor,
+    epochs: int = 30,
+    schedule_epochs: int = 200,
+    batch_size: int = 64,
+    lr: float = 0.05,
+    backbone: str = "mlp",
+    seed: int = 0,
+) -> dict[str, Tensor]:
+    """DUAL's scoring run without a Trainer: ``sgd_fit`` with the cosine built for ``schedule_epochs``, stopped after
+    ``epochs``, recording every sample's softmax (for DataModules that prune before training starts: a Trainer inside
+    another Trainer's setup is not an option).
+
+    Returns:
+        ``{"target_probs": (epochs, N), "probs": (epochs, N, C), "labels": (N,)}``.
+    """
+    _, probs = sgd_fit(x, y, epochs, schedule_epochs, batch_size, lr, backbone, seed=seed, record=True)
     target = probs.gather(-1, y[None, :, None].expand(epochs, -1, 1)).squeeze(-1)
     return {"target_probs": target, "probs": probs, "labels": y.clone()}
 

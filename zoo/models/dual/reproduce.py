@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from datamodules.images import PrunableImageDataModule
-from zoo.models.dual.module import DualClassifier, build_backbone
+from zoo.models.dual.module import DualClassifier
+from zoo.models.dual.pruning import sgd_fit
 from zoo.models.dual.scores import (
     beta_select,
     dual_score,
@@ -68,22 +69,8 @@ def record_dynamics(dm: PrunableImageDataModule, epochs: int, seed: int) -> tupl
 def train_subset(
     x: Tensor, y: Tensor, x_test: Tensor, y_test: Tensor, epochs: int, batch_size: int, seed: int
 ) -> float:
-    """Train a fresh MLP on ``(x, y)`` for ``epochs`` (SGD, cosine per step) and return its test accuracy."""
-    torch.manual_seed(seed)
-    net = build_backbone("mlp", [1, 8, 8], 10)
-    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9, nesterov=True, weight_decay=5e-4)
-    per_epoch = -(-len(x) // batch_size)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, epochs * per_epoch)
-    g = torch.Generator().manual_seed(seed)
-    for _ in range(epochs):
-        order = torch.randperm(len(x), generator=g)
-        for start in range(0, len(x), batch_size):
-            rows = order[start : start + batch_size]
-            loss = nn.functional.cross_entropy(net(x[rows]), y[rows])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
+    """Train a fresh MLP on ``(x, y)`` for ``epochs`` (cosine over those epochs) and return its test accuracy."""
+    net, _ = sgd_fit(x, y, epochs, batch_size=batch_size, num_classes=10, seed=seed)
     with torch.no_grad():
         return float((net(x_test).argmax(1) == y_test).float().mean())
 
