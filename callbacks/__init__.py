@@ -2,6 +2,7 @@
 
 from callbacks.images import log_figure
 from callbacks.sae_stability import SAEStability
+from callbacks.snn_conversion import SNNConversion
 from callbacks.streaming_ap import StreamingAveragePrecision
 from callbacks.training_dynamics import TrainingDynamics
 from callbacks.transport import TransportSamples
@@ -9,6 +10,7 @@ from callbacks.weight_trace import WeightTrace
 
 __all__ = [
     "SAEStability",
+    "SNNConversion",
     "StreamingAveragePrecision",
     "TrainingDynamics",
     "TransportSamples",

@@ -1,21 +1,21 @@
-"""Labelled image classification data whose training batches carry sample indices, prunable to a kept subset.
+"""Labelled image classification data: the embedded digits, the CIFARs and image folders, served in whole batches.
 
-:class:`PrunableImageDataModule` serves ``(x, y, index)`` training batches (``index`` = position in the *full*
-training set, whatever subset is kept) and ``(x, y)`` evaluation batches. Sources:
+:class:`ImageDataModule` serves ``(x, y)`` batches (``(x, y, index)`` training batches with ``with_index``). Sources:
 
 * ``"digits"`` (default, the embedded data): scikit-learn's 8×8 digits, pixels / 16, a stratified 1297 / 500 split;
 * ``"cifar10"`` / ``"cifar100"``: torchvision's files under ``data_dir`` (``cifar-10-batches-py/``,
-  ``cifar-100-python/``), with the official DUAL augmentation (random crop 32, padding 4, horizontal flip) applied
-  to whole batches on tensors, and its normalisation;
+  ``cifar-100-python/``), kept as bytes, with random crop 32 (padding 4) and horizontal flips applied to whole
+  training batches on tensors, and the usual per-channel normalisation;
 * ``"imagefolder"`` (ImageNet-1k and the like): ``data_dir/train/<class>/*`` and ``data_dir/val/<class>/*`` (the
   ImageNet validation images sorted into class folders), random-resized crops of 224 and flips for training,
   resize 256 + centre crop 224 for evaluation, ImageNet normalisation.
 
-``keep_indices`` (a list, or a ``.npy`` file of indices into the full training set) restricts training to a subset;
-or ``prune_ratio`` prunes it with a method of ``zoo.models.dual.pruning`` from ``scores``: a ``dynamics.npz`` saved
-by ``callbacks.TrainingDynamics``, a ``.npy`` of one score per sample, or ``"auto"`` (run DUAL's 30-epoch scoring
-loop here first: about a second on digits). ``label_noise`` flips that fraction of training labels uniformly to
-another class (seeded; ``noisy`` marks them).
+:class:`PrunableImageDataModule` adds DUAL's pruning workflow: training batches carry ``index`` (the position in the
+*full* training set, whatever subset is kept); ``keep_indices`` (a list, or a ``.npy`` file of indices into the full
+training set) restricts training to a subset; or ``prune_ratio`` prunes it with a method of
+``zoo.models.dual.pruning`` from ``scores``: a ``dynamics.npz`` saved by ``callbacks.TrainingDynamics``, a ``.npy`` of
+one score per sample, or ``"auto"`` (run DUAL's 30-epoch scoring loop here first: about a second on digits).
+``label_noise`` flips that fraction of training labels uniformly to another class (seeded; ``noisy`` marks them).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from torch.utils.data import Dataset
 
 from datamodules.base import BatchedDataModule
 
-__all__ = ["IndexedImageFolder", "IndexedImages", "PrunableImageDataModule", "random_crop_flip"]
+__all__ = ["ImageDataModule", "IndexedImageFolder", "IndexedImages", "PrunableImageDataModule", "random_crop_flip"]
 
 _CIFAR_STATS = {
     "cifar10": ((125.3, 123.0, 113.9), (63.0, 62.1, 66.7)),
@@ -114,49 +114,36 @@ class IndexedImageFolder(Dataset):
         return tuple(t[0] for t in self.__getitems__([index]))
 
 
-class PrunableImageDataModule(BatchedDataModule):
-    """Image classification with indexed training batches and an optional kept subset (DUAL's pruning workflow).
+class ImageDataModule(BatchedDataModule):
+    """Image classification data: the embedded digits, CIFAR-10/100 from torchvision's files, or image folders.
 
     Args:
         dataset: ``"digits"``, ``"cifar10"``, ``"cifar100"`` or ``"imagefolder"``.
         data_dir: folder of the torchvision CIFAR files, or of ``train/`` and ``val/`` class folders.
-        keep_indices: training subset: indices into the full training set, or a ``.npy`` file of them.
-        prune_ratio: fraction of the training set to prune, in (0, 1) (None: keep all or ``keep_indices``).
-        prune_method: ``"dual_beta"`` (default), ``"dual"``, ``"dyn_unc"``, ``"el2n"``, ``"ccs"`` or ``"random"``.
-        scores: ``dynamics.npz`` / score ``.npy`` path, or ``"auto"`` (score here with DUAL's short run).
-        score_epochs: epochs of the ``"auto"`` scoring run (T; its cosine is built for 200).
-        c_d: DUAL + β's c_D.
-        prune_seed: seed of the scoring run and of the sampling.
-        label_noise: fraction of training labels flipped uniformly to another class, in [0, 1).
-        noise_seed: seed of the flips.
-        test_size: test images of ``digits`` (the CIFARs have their own test split).
+        augment: random crop (padding 4) + horizontal flip of training batches; default on for the CIFARs, off for
+            digits (image folders always use their random-resized crops).
+        with_index: training batches are ``(x, y, index)`` (index into the full training set) instead of ``(x, y)``.
+        test_size: test images of ``digits`` (the CIFARs and image folders have their own test split).
         batch_size: images per batch.
         num_workers: DataLoader workers.
         seed: seed of the ``digits`` split.
 
-    The validation loader serves the test split (as the official DUAL code evaluates).
+    The validation loader serves the test split, as the CIFAR papers' code evaluates.
 
     Example:
-        >>> dm = PrunableImageDataModule(batch_size=64)
+        >>> dm = ImageDataModule(batch_size=64)
         >>> dm.setup("fit")
-        >>> x, y, index = next(iter(dm.train_dataloader()))
-        >>> x.shape, len(dm.train_set), dm.num_classes
-        (torch.Size([64, 1, 8, 8]), 1297, 10)
+        >>> x, y = next(iter(dm.train_dataloader()))
+        >>> x.shape, len(dm.train_set), len(dm.test_set), dm.num_classes, dm.in_shape
+        (torch.Size([64, 1, 8, 8]), 1297, 500, 10, [1, 8, 8])
     """
 
     def __init__(
         self,
         dataset: str = "digits",
         data_dir: str | None = None,
-        keep_indices: list[int] | str | None = None,
-        prune_ratio: float | None = None,
-        prune_method: str = "dual_beta",
-        scores: str | None = None,
-        score_epochs: int = 30,
-        c_d: float = 4.0,
-        prune_seed: int = 0,
-        label_noise: float = 0.0,
-        noise_seed: int = 0,
+        augment: bool | None = None,
+        with_index: bool = False,
         test_size: int = 500,
         batch_size: int = 64,
         num_workers: int = 0,
@@ -165,22 +152,15 @@ class PrunableImageDataModule(BatchedDataModule):
         super().__init__()
         if dataset not in ("digits", "cifar10", "cifar100", "imagefolder"):
             raise ValueError(f"unknown dataset {dataset!r}; choose 'digits', 'cifar10', 'cifar100' or 'imagefolder'")
-        if not 0 <= label_noise < 1:
-            raise ValueError(f"label_noise must be in [0, 1), got {label_noise}")
-        if prune_ratio is not None:
-            from zoo.models.dual.pruning import METHODS
-            from zoo.models.dual.scores import keep_count
-
-            keep_count(1, prune_ratio)  # checks 0 < ratio < 1
-            if keep_indices is not None:
-                raise ValueError("give keep_indices or prune_ratio, not both")
-            if prune_method not in METHODS:
-                raise ValueError(f"unknown prune_method {prune_method!r}; choose one of {METHODS}")
-            if prune_method != "random" and scores is None:
-                raise ValueError(f"prune_method={prune_method!r} needs scores: a dynamics.npz, a .npy or 'auto'")
-        self.save_hyperparameters()
-        self.noisy: Tensor | None = None
+        self.augment, self.with_index = augment, with_index
+        if type(self) is ImageDataModule:  # subclasses save their own arguments (the CLI and the hub rebuild from them)
+            self.save_hyperparameters()
         self.num_classes = {"cifar100": 100, "imagefolder": 0}.get(dataset, 10)  # imagefolder: set in setup
+
+    @property
+    def in_shape(self) -> list[int]:
+        """Shape of one image ``[C, H, W]`` as the loaders serve it."""
+        return {"digits": [1, 8, 8], "imagefolder": [3, 224, 224]}.get(self.hparams.dataset, [3, 32, 32])
 
     def _load(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         hp = self.hparams
@@ -213,22 +193,6 @@ class PrunableImageDataModule(BatchedDataModule):
             out += [torch.from_numpy(part.data).permute(0, 3, 1, 2).contiguous(), torch.as_tensor(part.targets)]
         return tuple(out)
 
-    def _keep(self, n: int) -> Tensor | None:
-        keep = self.hparams.keep_indices
-        if keep is None:
-            return None
-        if isinstance(keep, str):
-            path = Path(keep).expanduser()
-            if not path.is_file():
-                raise FileNotFoundError(f"No index file at {path}: keep_indices is an .npy file of training indices")
-            keep = np.load(path, allow_pickle=False)
-        rows = torch.as_tensor(np.asarray(keep), dtype=torch.long).flatten()
-        if len(rows) == 0 or int(rows.min()) < 0 or int(rows.max()) >= n:
-            raise ValueError(f"keep_indices must index the {n} training samples (0 … {n - 1})")
-        if len(rows.unique()) != len(rows):
-            raise ValueError("keep_indices holds duplicates")
-        return rows.sort().values
-
     def _folders(self) -> tuple[Any, Any]:
         import torchvision
         from torchvision import transforms as T
@@ -247,14 +211,13 @@ class PrunableImageDataModule(BatchedDataModule):
         test = torchvision.datasets.ImageFolder(str(root / "val"))
         return (train, train_tf), (test, test_tf)
 
-    def _noise(self, y: Tensor) -> Tensor:
-        """Flip ``label_noise`` of the labels uniformly to another class (seeded); marks them in ``noisy``."""
-        y = y.clone()
-        g = torch.Generator().manual_seed(self.hparams.noise_seed)
-        self.noisy = torch.rand(len(y), generator=g) < self.hparams.label_noise
-        shift = torch.randint(1, self.num_classes, (len(y),), generator=g)
-        y[self.noisy] = (y[self.noisy] + shift[self.noisy]) % self.num_classes
+    # Hooks of subclasses that change the training split (label noise, a kept subset).
+    def _train_labels(self, y: Tensor) -> Tensor:
         return y
+
+    def _train_rows(self, x: Tensor | None, y: Tensor, stage: str | None) -> Tensor | None:
+        """Rows of the full training set to train on (None: all); ``x`` normalised, or None for image folders."""
+        return None
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:
@@ -263,27 +226,132 @@ class PrunableImageDataModule(BatchedDataModule):
         if hp.dataset == "imagefolder":
             (train, train_tf), (test, test_tf) = self._folders()
             self.num_classes = len(train.classes)
-            y = self._noise(torch.as_tensor(train.targets))
-            keep = self._keep(len(y))
-            if hp.prune_ratio is not None and stage in (None, "fit"):
-                keep = self._prune(None, y).sort().values
-            self.train_set = IndexedImageFolder(train, y, keep, True, train_tf)
+            y = self._train_labels(torch.as_tensor(train.targets))
+            keep = self._train_rows(None, y, stage)
+            self.train_set = IndexedImageFolder(train, y, keep, self.with_index, train_tf)
             self.test_set = IndexedImageFolder(test, torch.as_tensor(test.targets), None, False, test_tf)
             self.val_set = self.test_set
             return
         x, y, x_test, y_test = self._load()
-        y = self._noise(y)  # symmetric: a flipped label moves to one of the other classes, uniformly
+        y = self._train_labels(y)
         mean = std = None
         if hp.dataset in _CIFAR_STATS:
             m, s = _CIFAR_STATS[hp.dataset]
             mean, std = torch.tensor(m)[:, None, None] / 255, torch.tensor(s)[:, None, None] / 255
-        augment = hp.dataset != "digits"
-        keep = self._keep(len(y))
-        if hp.prune_ratio is not None and stage in (None, "fit"):  # evaluation never needs the pruned train split
-            keep = self._prune(x if mean is None else (x.float() / 255 - mean) / std, y).sort().values
-        self.train_set = IndexedImages(x, y, keep, True, augment, mean, std)
+        augment = hp.dataset != "digits" if self.augment is None else self.augment
+        keep = self._train_rows(x if mean is None else (x.float() / 255 - mean) / std, y, stage)
+        self.train_set = IndexedImages(x, y, keep, self.with_index, augment, mean, std)
         self.test_set = IndexedImages(x_test, y_test, None, False, False, mean, std)
         self.val_set = self.test_set
+
+    @property
+    def num_train(self) -> int:
+        """Size of the *full* training set (the length of a training-dynamics record)."""
+        self.setup("fit")
+        return len(self.train_set.targets if isinstance(self.train_set, IndexedImageFolder) else self.train_set.x)
+
+    def describe(self) -> str:
+        """One line for model cards."""
+        hp = self.hparams
+        return f"{hp.dataset}: the training split, batch {hp.batch_size}"
+
+
+class PrunableImageDataModule(ImageDataModule):
+    """Image classification with indexed training batches and an optional kept subset (DUAL's pruning workflow).
+
+    Args:
+        dataset: ``"digits"``, ``"cifar10"``, ``"cifar100"`` or ``"imagefolder"``.
+        data_dir: folder of the torchvision CIFAR files, or of ``train/`` and ``val/`` class folders.
+        keep_indices: training subset: indices into the full training set, or a ``.npy`` file of them.
+        prune_ratio: fraction of the training set to prune, in (0, 1) (None: keep all or ``keep_indices``).
+        prune_method: ``"dual_beta"`` (default), ``"dual"``, ``"dyn_unc"``, ``"el2n"``, ``"ccs"`` or ``"random"``.
+        scores: ``dynamics.npz`` / score ``.npy`` path, or ``"auto"`` (score here with DUAL's short run).
+        score_epochs: epochs of the ``"auto"`` scoring run (T; its cosine is built for 200).
+        c_d: DUAL + β's c_D.
+        prune_seed: seed of the scoring run and of the sampling.
+        label_noise: fraction of training labels flipped uniformly to another class, in [0, 1).
+        noise_seed: seed of the flips.
+        test_size: test images of ``digits`` (the CIFARs have their own test split).
+        batch_size: images per batch.
+        num_workers: DataLoader workers.
+        seed: seed of the ``digits`` split.
+
+    Training batches are ``(x, y, index)``; the validation loader serves the test split (as the official DUAL code
+    evaluates).
+
+    Example:
+        >>> dm = PrunableImageDataModule(batch_size=64)
+        >>> dm.setup("fit")
+        >>> x, y, index = next(iter(dm.train_dataloader()))
+        >>> x.shape, len(dm.train_set), dm.num_classes
+        (torch.Size([64, 1, 8, 8]), 1297, 10)
+    """
+
+    def __init__(
+        self,
+        dataset: str = "digits",
+        data_dir: str | None = None,
+        keep_indices: list[int] | str | None = None,
+        prune_ratio: float | None = None,
+        prune_method: str = "dual_beta",
+        scores: str | None = None,
+        score_epochs: int = 30,
+        c_d: float = 4.0,
+        prune_seed: int = 0,
+        label_noise: float = 0.0,
+        noise_seed: int = 0,
+        test_size: int = 500,
+        batch_size: int = 64,
+        num_workers: int = 0,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(dataset, data_dir, None, True, test_size, batch_size, num_workers, seed)
+        if not 0 <= label_noise < 1:
+            raise ValueError(f"label_noise must be in [0, 1), got {label_noise}")
+        if prune_ratio is not None:
+            from zoo.models.dual.pruning import METHODS
+            from zoo.models.dual.scores import keep_count
+
+            keep_count(1, prune_ratio)  # checks 0 < ratio < 1
+            if keep_indices is not None:
+                raise ValueError("give keep_indices or prune_ratio, not both")
+            if prune_method not in METHODS:
+                raise ValueError(f"unknown prune_method {prune_method!r}; choose one of {METHODS}")
+            if prune_method != "random" and scores is None:
+                raise ValueError(f"prune_method={prune_method!r} needs scores: a dynamics.npz, a .npy or 'auto'")
+        self.save_hyperparameters(ignore=["augment", "with_index"])
+        self.noisy: Tensor | None = None
+
+    def _keep(self, n: int) -> Tensor | None:
+        keep = self.hparams.keep_indices
+        if keep is None:
+            return None
+        if isinstance(keep, str):
+            path = Path(keep).expanduser()
+            if not path.is_file():
+                raise FileNotFoundError(f"No index file at {path}: keep_indices is an .npy file of training indices")
+            keep = np.load(path, allow_pickle=False)
+        rows = torch.as_tensor(np.asarray(keep), dtype=torch.long).flatten()
+        if len(rows) == 0 or int(rows.min()) < 0 or int(rows.max()) >= n:
+            raise ValueError(f"keep_indices must index the {n} training samples (0 … {n - 1})")
+        if len(rows.unique()) != len(rows):
+            raise ValueError("keep_indices holds duplicates")
+        return rows.sort().values
+
+    def _train_labels(self, y: Tensor) -> Tensor:
+        """Flip ``label_noise`` of the labels uniformly to another class (seeded); marks them in ``noisy``."""
+        y = y.clone()
+        g = torch.Generator().manual_seed(self.hparams.noise_seed)
+        self.noisy = torch.rand(len(y), generator=g) < self.hparams.label_noise
+        shift = torch.randint(1, self.num_classes, (len(y),), generator=g)
+        y[self.noisy] = (y[self.noisy] + shift[self.noisy]) % self.num_classes
+        return y
+
+    def _train_rows(self, x: Tensor | None, y: Tensor, stage: str | None) -> Tensor | None:
+        keep = self._keep(len(y))
+        if self.hparams.prune_ratio is not None and stage in (None, "fit"):  # evaluation never needs the pruned split
+            keep = self._prune(x, y).sort().values
+        return keep
 
     def _prune(self, x: Tensor | None, y: Tensor) -> Tensor:
         from zoo.models.dual.pruning import load_record, prune_indices, score_run
@@ -301,12 +369,6 @@ class PrunableImageDataModule(BatchedDataModule):
             else:
                 record = load_record(hp.scores, len(y))
         return prune_indices(hp.prune_method, hp.prune_ratio, record, len(y), c_d=hp.c_d, seed=hp.prune_seed)
-
-    @property
-    def num_train(self) -> int:
-        """Size of the *full* training set (the length of a training-dynamics record)."""
-        self.setup("fit")
-        return len(self.train_set.targets if isinstance(self.train_set, IndexedImageFolder) else self.train_set.x)
 
     def describe(self) -> str:
         """One line for model cards."""

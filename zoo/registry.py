@@ -142,6 +142,13 @@ _EFM_IMAGES = _Family(
     paper=_EFM_PAPER,
     tags=("transport", "generative", "images"),
 )
+_SNN_ECL = _Family(
+    module="zoo.models.snn_ecl.ECLClassifier",
+    datamodule="datamodules.images.ImageDataModule",
+    paper=Paper("Efficient ANN-SNN Conversion with Error Compensation Learning", arxiv="2506.01968"),
+    reproduce="zoo.models.snn_ecl.reproduce.run",
+    tags=("spiking", "conversion", "classification"),
+)
 
 # Sorted by name.
 ENTRIES: tuple[Entry, ...] = (
@@ -168,6 +175,10 @@ ENTRIES: tuple[Entry, ...] = (
     _SAE.entry("ra-sae", "Relaxed archetypal SAE: atoms stay within delta of the (scaled) convex hull of the data."),
     _SEAD.entry(
         "sead", "Streaming ensemble of anomaly detectors: multiplicative weights with share over normalised scores."
+    ),
+    _SNN_ECL.entry(
+        "snn-ecl",
+        "Digits CNN with learned clip-floor thresholds that converts to a dual-threshold spiking network at T = 2-4.",
     ),
     _SAE.entry(
         "topk-sae",
