@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from lightning.pytorch import LightningModule, Trainer
 from torch import Tensor
+from torch.utils.data import DataLoader
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
@@ -152,8 +153,11 @@ class SNNConversion(EvaluationStages):
                 "SNNConversion(naive=True) calibrates on training batches: fit or test with a DataModule"
             )
         dm.setup("fit")
+        loader = dm.train_dataloader()
+        # The first batches in the set's own order: the same thresholds every time (a shuffled loader would not).
+        ordered = DataLoader(loader.dataset, batch_size=loader.batch_size, shuffle=False, collate_fn=loader.collate_fn)
         batches = []
-        for batch in dm.train_dataloader():
+        for batch in ordered:
             batches.append(batch[0].to(pl_module.device))
             if len(batches) == self.calibration_batches:
                 break

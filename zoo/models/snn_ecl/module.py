@@ -152,11 +152,17 @@ class ECLClassifier(ZooModule):
     def predict_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
         return self(batch).softmax(dim=-1)
 
-    def configure_optimizers(self) -> dict[str, Any]:
+    def make_optimizer(self, epochs: int) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+        """SGD over the weights and thresholds λ (weight decay on both, as QCFS) and a cosine over ``epochs``, stepped
+        once per epoch: the recipe of ``zoo fit`` and of the reproduction's plain loop."""
         hp = self.hparams
         opt = torch.optim.SGD(self.parameters(), lr=hp.lr, momentum=hp.momentum, weight_decay=hp.weight_decay)
+        return opt, torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(epochs, 1))
+
+    def configure_optimizers(self) -> dict[str, Any]:
         epochs = self.trainer.max_epochs if self.trainer.max_epochs and self.trainer.max_epochs > 0 else 1
-        return {"optimizer": opt, "lr_scheduler": torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs)}
+        opt, sched = self.make_optimizer(epochs)
+        return {"optimizer": opt, "lr_scheduler": sched}
 
     def card_notes(self) -> str:
         return (
