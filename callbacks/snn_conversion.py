@@ -23,7 +23,9 @@ class SNNConversion(EvaluationStages):
     Requires ``pl_module.to_snn(**convert_kwargs)`` returning a spiking network with ``predict(x, steps, chunk)``
     (the running mean of the output after every step, ``(steps, B, C)``) and, for ``firing_rates``,
     ``firing_rates() -> {layer: spikes per neuron per step}``: :class:`zoo.models.snn_ecl.SpikingNetwork` is one,
-    made for any ReLU or clip network by :func:`zoo.models.snn_ecl.convert`. Batches are ``(x, y, ...)``.
+    made for any ReLU or clip network by :func:`zoo.models.snn_ecl.convert`. A module whose ``snn_needs_calibration``
+    is true (a ReLU network: no learned thresholds) also gets ``calibration=<training batches>``. Batches are
+    ``(x, y, ...)``.
 
     The network is converted once per validation / test epoch (from the current weights and thresholds), run in eval
     mode whatever mode the module is in, and each batch is simulated once; the accuracy after t steps is read from the
@@ -95,9 +97,14 @@ class SNNConversion(EvaluationStages):
         if stage not in self.stages:
             return
         with torch.no_grad():
-            self._arms["snn"] = pl_module.to_snn(**self.convert_kwargs).to(pl_module.device).eval()
-            if self.naive:
+            calibration = None
+            if self.naive or getattr(pl_module, "snn_needs_calibration", False):
                 calibration = self._calibration(trainer, pl_module)
+            kwargs = dict(self.convert_kwargs)
+            if getattr(pl_module, "snn_needs_calibration", False):
+                kwargs.setdefault("calibration", calibration)
+            self._arms["snn"] = pl_module.to_snn(**kwargs).to(pl_module.device).eval()
+            if self.naive:
                 arm = pl_module.to_snn(calibration=calibration, percentile=self.percentile, v0_ratio=0.0, dual=False)
                 self._arms["naive"] = arm.to(pl_module.device).eval()
 

@@ -123,12 +123,13 @@ class ImageDataModule(BatchedDataModule):
         augment: random crop (padding 4) + horizontal flip of training batches; default on for the CIFARs, off for
             digits (image folders always use their random-resized crops).
         with_index: training batches are ``(x, y, index)`` (index into the full training set) instead of ``(x, y)``.
+        download: let torchvision download the CIFAR files into ``data_dir`` when they are absent (needs a network).
+        val_size: images held out of the training split for validation (seeded); 0: the validation loader serves the
+            test split, as the CIFAR papers' code evaluates.
         test_size: test images of ``digits`` (the CIFARs and image folders have their own test split).
         batch_size: images per batch.
         num_workers: DataLoader workers.
-        seed: seed of the ``digits`` split.
-
-    The validation loader serves the test split, as the CIFAR papers' code evaluates.
+        seed: seed of the ``digits`` split and of the validation hold-out.
 
     Example:
         >>> dm = ImageDataModule(batch_size=64)
@@ -144,6 +145,8 @@ class ImageDataModule(BatchedDataModule):
         data_dir: str | None = None,
         augment: bool | None = None,
         with_index: bool = False,
+        download: bool = False,
+        val_size: int = 0,
         test_size: int = 500,
         batch_size: int = 64,
         num_workers: int = 0,
@@ -152,7 +155,9 @@ class ImageDataModule(BatchedDataModule):
         super().__init__()
         if dataset not in ("digits", "cifar10", "cifar100", "imagefolder"):
             raise ValueError(f"unknown dataset {dataset!r}; choose 'digits', 'cifar10', 'cifar100' or 'imagefolder'")
-        self.augment, self.with_index = augment, with_index
+        if val_size < 0:
+            raise ValueError(f"val_size must be ≥ 0, got {val_size}")
+        self.augment, self.with_index, self.download, self.val_size = augment, with_index, download, val_size
         if type(self) is ImageDataModule:  # subclasses save their own arguments (the CLI and the hub rebuild from them)
             self.save_hyperparameters()
         self.num_classes = {"cifar100": 100, "imagefolder": 0}.get(dataset, 10)  # imagefolder: set in setup
@@ -182,11 +187,11 @@ class ImageDataModule(BatchedDataModule):
         if hp.data_dir is None:
             raise ValueError(f"dataset={hp.dataset!r} needs data_dir, the folder torchvision keeps it in")
         try:
-            parts = [cls(hp.data_dir, train=train, download=False) for train in (True, False)]
+            parts = [cls(hp.data_dir, train=train, download=self.download) for train in (True, False)]
         except RuntimeError as err:
             raise FileNotFoundError(
                 f"{hp.dataset.upper()} is not in {hp.data_dir}: {err}. Put torchvision's files there "
-                f"(torchvision.datasets.{cls.__name__}(root, download=True) on a machine with a network)."
+                f"(download=True here, or torchvision.datasets.{cls.__name__}(root, download=True) on a machine with a network)."
             ) from err
         out = []
         for part in parts:
@@ -227,10 +232,10 @@ class ImageDataModule(BatchedDataModule):
             (train, train_tf), (test, test_tf) = self._folders()
             self.num_classes = len(train.classes)
             y = self._train_labels(torch.as_tensor(train.targets))
-            keep = self._train_rows(None, y, stage)
+            keep, val_rows = self._hold_out(self._train_rows(None, y, stage), len(y))
             self.train_set = IndexedImageFolder(train, y, keep, self.with_index, train_tf)
             self.test_set = IndexedImageFolder(test, torch.as_tensor(test.targets), None, False, test_tf)
-            self.val_set = self.test_set
+            self.val_set = self.test_set if val_rows is None else IndexedImageFolder(train, y, val_rows, False, test_tf)
             return
         x, y, x_test, y_test = self._load()
         y = self._train_labels(y)
@@ -240,9 +245,20 @@ class ImageDataModule(BatchedDataModule):
             mean, std = torch.tensor(m)[:, None, None] / 255, torch.tensor(s)[:, None, None] / 255
         augment = hp.dataset != "digits" if self.augment is None else self.augment
         keep = self._train_rows(x if mean is None else (x.float() / 255 - mean) / std, y, stage)
+        keep, val_rows = self._hold_out(keep, len(y))
         self.train_set = IndexedImages(x, y, keep, self.with_index, augment, mean, std)
         self.test_set = IndexedImages(x_test, y_test, None, False, False, mean, std)
-        self.val_set = self.test_set
+        self.val_set = self.test_set if val_rows is None else IndexedImages(x, y, val_rows, False, False, mean, std)
+
+    def _hold_out(self, keep: Tensor | None, n: int) -> tuple[Tensor | None, Tensor | None]:
+        """Split ``val_size`` seeded random rows off the training rows: (training rows, validation rows or None)."""
+        if not self.val_size:
+            return keep, None
+        rows = torch.arange(n) if keep is None else keep
+        if self.val_size >= len(rows):
+            raise ValueError(f"val_size={self.val_size} leaves no training images out of {len(rows)}")
+        rows = rows[torch.randperm(len(rows), generator=torch.Generator().manual_seed(self.hparams.seed))]
+        return rows[self.val_size :].sort().values, rows[: self.val_size].sort().values
 
     @property
     def num_train(self) -> int:
@@ -305,7 +321,15 @@ class PrunableImageDataModule(ImageDataModule):
         num_workers: int = 0,
         seed: int = 0,
     ) -> None:
-        super().__init__(dataset, data_dir, None, True, test_size, batch_size, num_workers, seed)
+        super().__init__(
+            dataset,
+            data_dir,
+            with_index=True,
+            test_size=test_size,
+            batch_size=batch_size,
+            num_workers=num_workers,
+            seed=seed,
+        )
         if not 0 <= label_noise < 1:
             raise ValueError(f"label_noise must be in [0, 1), got {label_noise}")
         if prune_ratio is not None:

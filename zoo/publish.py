@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+import re
 import shlex
 import time
 from importlib import metadata
@@ -43,6 +44,11 @@ def _class_path(obj: Any) -> str:
     return f"{module}.{cls.__name__}"
 
 
+def _natural(key: str) -> list[Any]:
+    """Sort key that orders numbers by value: ``snn_acc_T2`` before ``snn_acc_T16``."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", key)]
+
+
 def render_card(
     name: str,
     model: Any,
@@ -56,7 +62,7 @@ def render_card(
     entry = get_entry(name)
     describe = getattr(datamodule, "describe", None)
     data = describe() if callable(describe) else type(datamodule).__name__
-    rows = "\n".join(f"| `{k}` | {v:.4f} |" for k, v in sorted(metrics.items()))
+    rows = "\n".join(f"| `{k}` | {v:.4f} |" for k, v in sorted(metrics.items(), key=lambda kv: _natural(kv[0])))
     versions = ", ".join(f"{k} {v}" for k, v in library_versions().items())
     hp = "\n".join(f"  - `{k}`: `{v}`" for k, v in model.hparams.items() if not k.startswith("_"))
     notes = model.card_notes() if hasattr(model, "card_notes") else ""

@@ -66,7 +66,10 @@ class ClipQuantActivation(nn.Module):
         if self.levels is None:
             return torch.minimum(z.clamp(min=0), lam)
         q = floor_ste(z * (self.levels / lam) + self.shift) / self.levels
-        return lam * q.clamp(0, 1)
+        # clip(q, 0, 1) passing the gradient on the closed range 0 ≤ q ≤ 1. The floor puts q exactly on 0 or 1 over
+        # whole intervals of z, where torch.clamp's boundary subgradient would decide: 1 in older torch (QCFS's STE,
+        # the card's formulas), 0 in recent releases (2.14). Select explicitly so the gradients do not depend on it.
+        return lam * torch.where(q < 0, 0.0, torch.where(q > 1, 1.0, q))
 
     def extra_repr(self) -> str:
-        return f"threshold={float(self.threshold):.4g}, levels={self.levels}, shift={self.shift}"
+        return f"threshold={float(self.threshold.detach()):.4g}, levels={self.levels}, shift={self.shift}"

@@ -93,6 +93,6 @@ def build_backbone(name: str, in_shape: list[int], num_classes: int, act: Act) -
             layers += [BasicBlock(cin, cout, stride, act), BasicBlock(cout, cout, 1, act)]
             cin = cout
         return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, num_classes))
-    close = difflib.get_close_matches(name, BACKBONES, n=1)
+    close = difflib.get_close_matches(name, BACKBONES, n=1) or [b for b in BACKBONES if b.startswith(name)][:1]
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise ValueError(f"unknown backbone {name!r}{hint}; choose one of {BACKBONES}")

@@ -24,7 +24,8 @@ class ECLClassifier(ZooModule):
     λ, as QCFS) and a per-epoch cosine; every activation is a :class:`ClipQuantActivation` whose threshold λ is
     learned with the weights (error compensation learning). :meth:`to_snn` converts the trained network: neurons with
     θ = λ, v(0) = θ/2, dual thresholds (θ⁻ = 0). ``activation="relu"`` is the baseline ANN, converted by
-    :func:`~zoo.models.snn_ecl.convert.naive_convert` (99.9th-percentile thresholds, v(0) = 0, single threshold).
+    :func:`~zoo.models.snn_ecl.convert.naive_convert` (99.9th-percentile thresholds on ``calibration`` images,
+    v(0) = 0, single threshold).
     Validation and test log the ANN's accuracy; ``callbacks.SNNConversion`` adds the SNN's at every T.
 
     Args:
@@ -100,6 +101,11 @@ class ECLClassifier(ZooModule):
             if isinstance(m, ClipQuantActivation)
         }
 
+    @property
+    def snn_needs_calibration(self) -> bool:
+        """Whether :meth:`to_snn` needs ``calibration`` images (a ReLU network has no learned thresholds)."""
+        return self.hparams.activation == "relu"
+
     def to_snn(
         self,
         v0_ratio: float | None = None,
@@ -108,18 +114,21 @@ class ECLClassifier(ZooModule):
         calibration: Tensor | Iterable[Tensor] | None = None,
         percentile: float | None = None,
     ) -> SpikingNetwork:
-        """The spiking network (a converted copy, eval mode); the arguments default to the init arguments.
+        """The spiking network (a converted copy, eval mode).
 
-        With ``percentile`` (or for a ReLU network), thresholds are calibrated on ``calibration`` images instead of
-        read from λ: the naive conversion.
+        Clip networks: θ = λ, and the arguments default to the init arguments (ECL: v(0) = θ/2, dual threshold).
+        With ``percentile``, or for a ReLU network, the thresholds are calibrated on ``calibration`` images instead:
+        the naive conversion, whose unspecified arguments then default to v(0) = 0 and a single threshold.
         """
         hp = self.hparams
+        naive = percentile is not None or self.snn_needs_calibration
+        defaults = {"v0_ratio": 0.0, "dual": False, "neg_threshold": 0.0} if naive else hp
         kwargs = {
-            "v0_ratio": hp.v0_ratio if v0_ratio is None else v0_ratio,
-            "dual": hp.dual if dual is None else dual,
-            "neg_threshold": hp.neg_threshold if neg_threshold is None else neg_threshold,
+            "v0_ratio": defaults["v0_ratio"] if v0_ratio is None else v0_ratio,
+            "dual": defaults["dual"] if dual is None else dual,
+            "neg_threshold": defaults["neg_threshold"] if neg_threshold is None else neg_threshold,
         }
-        if percentile is None and hp.activation != "relu":
+        if not naive:
             return convert(self.net, **kwargs).eval()
         if calibration is None:
             raise ValueError(

@@ -1,0 +1,69 @@
+"""Tests of ``datamodules.images.ImageDataModule`` (split out of ``PrunableImageDataModule``): batch layouts, the
+hparams the hub rebuilds from, and clear errors for missing files and unknown datasets."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from datamodules.images import ImageDataModule, PrunableImageDataModule
+
+
+def test_default_batches_are_images_and_labels() -> None:
+    """Check that default training and test batches are (x, y) with x of shape (B, 1, 8, 8) in [0, 1]."""
+    dm = ImageDataModule(batch_size=32)
+    dm.setup("fit")
+    for loader in (dm.train_dataloader(), dm.val_dataloader(), dm.test_dataloader()):
+        batch = next(iter(loader))
+        assert len(batch) == 2
+        x, y = batch
+        assert x.shape == (32, 1, 8, 8) and x.dtype == torch.float32 and y.shape == (32,)
+        assert 0.0 <= float(x.min()) and float(x.max()) <= 1.0 and int(y.max()) < 10
+    assert dm.in_shape == [1, 8, 8] and dm.num_classes == 10
+    assert len(dm.train_set) == 1297 and len(dm.val_set) == len(dm.test_set) == 500
+    assert torch.equal(dm.val_set.x, dm.test_set.x)  # the validation loader serves the test split
+
+
+def test_with_index_gives_full_set_indices() -> None:
+    """Check that with_index=True training batches are (x, y, index) and index points at that sample's row."""
+    dm = ImageDataModule(batch_size=16, with_index=True)
+    dm.setup("fit")
+    x, y, index = next(iter(dm.train_dataloader()))
+    assert x.shape == (16, 1, 8, 8) and index.shape == (16,)
+    assert torch.equal(dm.train_set.x[index], x) and torch.equal(dm.train_set.y[index], y)
+    assert len(next(iter(dm.test_dataloader()))) == 2  # evaluation batches stay (x, y)
+
+
+def test_prunable_hparams_rebuild_the_datamodule() -> None:
+    """Check that PrunableImageDataModule's hparams hold neither augment nor with_index and rebuild an equal module."""
+    dm = PrunableImageDataModule(batch_size=32, label_noise=0.1)
+    assert "augment" not in dm.hparams and "with_index" not in dm.hparams
+    rebuilt = PrunableImageDataModule(**dm.hparams)
+    assert dict(rebuilt.hparams) == dict(dm.hparams)
+    rebuilt.setup("fit")
+    assert len(next(iter(rebuilt.train_dataloader()))) == 3  # still indexed training batches
+    plain = ImageDataModule(batch_size=8, with_index=True)
+    assert ImageDataModule(**plain.hparams).with_index is True
+
+
+def test_missing_files_and_unknown_datasets_raise(tmp_path) -> None:
+    """Check that CIFAR-10 without its files raises FileNotFoundError and an unknown dataset a ValueError."""
+    with pytest.raises(FileNotFoundError, match="CIFAR10"):
+        ImageDataModule(dataset="cifar10", data_dir=str(tmp_path)).setup()
+    with pytest.raises(ValueError, match="unknown dataset 'mnist'"):
+        ImageDataModule(dataset="mnist")
+
+
+def test_validation_hold_out_is_disjoint_and_seeded() -> None:
+    """Check that val_size holds that many training images out, disjoint from training, the same for the same seed."""
+    dm = ImageDataModule(val_size=200, seed=3)
+    dm.setup("fit")
+    train, val = set(dm.train_set.rows.tolist()), set(dm.val_set.rows.tolist())
+    assert len(val) == 200 and len(train) == 1097 and not train & val and len(dm.test_set) == 500
+    again = ImageDataModule(val_size=200, seed=3)
+    again.setup("fit")
+    assert torch.equal(again.val_set.rows, dm.val_set.rows)
+    with pytest.raises(ValueError, match="leaves no training images"):
+        ImageDataModule(val_size=1297).setup("fit")
+    with pytest.raises(ValueError, match="val_size"):
+        ImageDataModule(val_size=-1)
