@@ -1,4 +1,5 @@
-"""``ZooModule``: the LightningModule base every paper subclasses, giving hub I/O and a NaN guard."""
+"""``ZooModule``: the LightningModule base every paper subclasses, giving hub I/O and a NaN guard; ``ImageClassifier``:
+the evaluation steps of the image classifiers built on it."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from typing import Any
 import torch
 from huggingface_hub import PyTorchModelHubMixin
 from lightning import LightningModule
+from torch import Tensor, nn
 
-__all__ = ["ZooModule"]
+__all__ = ["ImageClassifier", "ZooModule"]
 
 
 class ZooModule(LightningModule, PyTorchModelHubMixin, library_name="zoo", tags=["zoo"]):
@@ -64,3 +66,57 @@ class ZooModule(LightningModule, PyTorchModelHubMixin, library_name="zoo", tags=
                 f"Loss became {value} at step {self.global_step} (epoch {self.current_epoch}). "
                 "Lower model.lr or set --trainer.gradient_clip_val."
             )
+
+
+class ImageClassifier(ZooModule):
+    """The evaluation side shared by the zoo's image classifiers; ``self.net`` maps ``(B, *in_shape)`` to logits.
+
+    Subclasses save ``in_shape`` and ``num_classes`` as hyperparameters, build ``self.net``, call
+    ``self.add_accuracy_metrics()``, and write their own ``training_step`` and optimiser. They get: ``forward`` with a
+    shape check (a ``(x, y, ...)`` batch is accepted, its labels ignored), ``{val,test}/loss`` and
+    ``{val,test}/accuracy`` (torchmetrics, synchronised across processes), and softmax ``predict_step`` outputs.
+
+    Example:
+        >>> class Linear(ImageClassifier):
+        ...     def __init__(self, in_shape: list[int] = [1, 8, 8], num_classes: int = 10) -> None:
+        ...         super().__init__()
+        ...         self.save_hyperparameters()
+        ...         self.net = nn.Sequential(nn.Flatten(), nn.Linear(64, num_classes))
+        ...         self.add_accuracy_metrics()
+        >>> Linear()((torch.rand(4, 1, 8, 8), torch.zeros(4))).shape
+        torch.Size([4, 10])
+    """
+
+    net: nn.Module
+
+    def add_accuracy_metrics(self) -> None:
+        """Register the validation and test accuracies (call in ``__init__``, after ``save_hyperparameters``)."""
+        from torchmetrics.classification import MulticlassAccuracy
+
+        classes = self.hparams.num_classes
+        self.metrics = nn.ModuleDict({s: MulticlassAccuracy(classes, average="micro") for s in ("val", "test")})
+
+    def forward(self, x: Tensor | tuple[Tensor, ...] | list[Tensor]) -> Tensor:
+        """Logits ``(B, num_classes)``; a ``(x, y[, index])`` batch is accepted and its labels ignored."""
+        if isinstance(x, (tuple, list)):
+            x = x[0]
+        expected = tuple(self.hparams.in_shape)
+        if tuple(x.shape[1:]) != expected:
+            raise ValueError(f"expected images of shape (B, {', '.join(map(str, expected))}), got {tuple(x.shape)}")
+        return self.net(x)
+
+    def _evaluate(self, batch: tuple[Tensor, ...], stage: str) -> None:
+        x, y = batch[0], batch[1]
+        logits = self(x)
+        self.metrics[stage].update(logits, y)
+        self.log(f"{stage}/loss", nn.functional.cross_entropy(logits, y), batch_size=len(x), sync_dist=True)
+        self.log(f"{stage}/accuracy", self.metrics[stage], prog_bar=True)
+
+    def validation_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> None:
+        self._evaluate(batch, "val")
+
+    def test_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> None:
+        self._evaluate(batch, "test")
+
+    def predict_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
+        return self(batch).softmax(dim=-1)

@@ -7,9 +7,8 @@ from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
-from torchmetrics.classification import MulticlassAccuracy
 
-from zoo.module import ZooModule
+from zoo.module import ImageClassifier
 
 __all__ = ["DualClassifier", "build_backbone", "cosine_schedule"]
 
@@ -43,7 +42,7 @@ def cosine_schedule(opt: torch.optim.Optimizer, total_steps: int) -> torch.optim
     return torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, total) / total)))
 
 
-class DualClassifier(ZooModule):
+class DualClassifier(ImageClassifier):
     """An image classifier trained with DUAL's recipe: SGD (Nesterov, wd 5e-4), cosine stepped every iteration.
 
     The cosine schedule is built for ``schedule_epochs`` (200 in the paper) whatever the Trainer's ``max_epochs``:
@@ -83,16 +82,7 @@ class DualClassifier(ZooModule):
         super().__init__()
         self.save_hyperparameters()
         self.net = build_backbone(backbone, list(in_shape), num_classes, hidden)
-        self.metrics = nn.ModuleDict({s: MulticlassAccuracy(num_classes, average="micro") for s in ("val", "test")})
-
-    def forward(self, x: Tensor | tuple[Tensor, ...] | list[Tensor]) -> Tensor:
-        """Logits ``(B, num_classes)``; a ``(x, y[, index])`` batch is accepted and its labels ignored."""
-        if isinstance(x, (tuple, list)):
-            x = x[0]
-        expected = tuple(self.hparams.in_shape)
-        if tuple(x.shape[1:]) != expected:
-            raise ValueError(f"expected images of shape (B, {', '.join(map(str, expected))}), got {tuple(x.shape)}")
-        return self.net(x)
+        self.add_accuracy_metrics()
 
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> dict[str, Tensor]:
         x, y = batch[0], batch[1]
@@ -100,22 +90,6 @@ class DualClassifier(ZooModule):
         loss = nn.functional.cross_entropy(logits, y)
         self.log("train/loss", loss, prog_bar=True, batch_size=len(x))
         return {"loss": loss, "logits": logits.detach()}
-
-    def _evaluate(self, batch: tuple[Tensor, ...], stage: str) -> None:
-        x, y = batch[0], batch[1]
-        logits = self(x)
-        self.metrics[stage].update(logits, y)
-        self.log(f"{stage}/loss", nn.functional.cross_entropy(logits, y), batch_size=len(x), sync_dist=True)
-        self.log(f"{stage}/accuracy", self.metrics[stage], prog_bar=True)
-
-    def validation_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> None:
-        self._evaluate(batch, "val")
-
-    def test_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> None:
-        self._evaluate(batch, "test")
-
-    def predict_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
-        return self(batch).softmax(dim=-1)
 
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams

@@ -7,17 +7,16 @@ from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
-from torchmetrics.classification import MulticlassAccuracy
 
 from zoo.models.snn_ecl.activation import ClipQuantActivation
 from zoo.models.snn_ecl.backbones import build_backbone
 from zoo.models.snn_ecl.convert import SpikingNetwork, convert, naive_convert
-from zoo.module import ZooModule
+from zoo.module import ImageClassifier
 
 __all__ = ["ECLClassifier"]
 
 
-class ECLClassifier(ZooModule):
+class ECLClassifier(ImageClassifier):
     """An image classifier trained to convert into a low-latency spiking network (ECL, Liu et al., ICML 2025).
 
     Training is ordinary cross-entropy with SGD (momentum 0.9, weight decay 5e-4 on the weights *and* the thresholds
@@ -81,16 +80,7 @@ class ECLClassifier(ZooModule):
                 return ClipQuantActivation(lambda_init, L)
 
         self.net = build_backbone(backbone, list(in_shape), num_classes, act)
-        self.metrics = nn.ModuleDict({s: MulticlassAccuracy(num_classes, average="micro") for s in ("val", "test")})
-
-    def forward(self, x: Tensor | tuple[Tensor, ...] | list[Tensor]) -> Tensor:
-        """ANN logits ``(B, num_classes)``; a ``(x, y)`` batch is accepted and its labels ignored."""
-        if isinstance(x, (tuple, list)):
-            x = x[0]
-        expected = tuple(self.hparams.in_shape)
-        if tuple(x.shape[1:]) != expected:
-            raise ValueError(f"expected images of shape (B, {', '.join(map(str, expected))}), got {tuple(x.shape)}")
-        return self.net(x)
+        self.add_accuracy_metrics()
 
     @property
     def thresholds(self) -> dict[str, float]:
@@ -139,27 +129,9 @@ class ECLClassifier(ZooModule):
 
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
         x, y = batch[0], batch[1]
-        loss = nn.functional.cross_entropy(self(x), y)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"loss is {float(loss)} at step {self.global_step}; lower the learning rate")
+        loss = nn.functional.cross_entropy(self(x), y)  # ZooModule stops on a non-finite loss
         self.log("train/loss", loss, prog_bar=True, batch_size=len(x))
         return loss
-
-    def _evaluate(self, batch: tuple[Tensor, ...], stage: str) -> None:
-        x, y = batch[0], batch[1]
-        logits = self(x)
-        self.metrics[stage].update(logits, y)
-        self.log(f"{stage}/loss", nn.functional.cross_entropy(logits, y), batch_size=len(x), sync_dist=True)
-        self.log(f"{stage}/accuracy", self.metrics[stage], prog_bar=True)
-
-    def validation_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> None:
-        self._evaluate(batch, "val")
-
-    def test_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> None:
-        self._evaluate(batch, "test")
-
-    def predict_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
-        return self(batch).softmax(dim=-1)
 
     def make_optimizer(self, epochs: int) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
         """SGD over the weights and thresholds λ (weight decay on both, as QCFS) and a cosine over ``epochs``, stepped
