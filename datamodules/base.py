@@ -2,17 +2,46 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from lightning import LightningDataModule
+import torch
+from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-__all__ = ["BatchedDataModule", "identity_collate"]
+__all__ = ["BatchedDataModule", "TensorBatches", "identity_collate"]
 
 
 def identity_collate(batch: Any) -> Any:
     """Collate for datasets with ``__getitems__``: the dataset already returns the whole batch."""
     return batch
+
+
+class TensorBatches(Dataset):
+    """Rows of equally long tensors, served as a tuple of whole batches by one index operation per tensor.
+
+    Example:
+        >>> data = TensorBatches(torch.arange(6).view(3, 2), torch.tensor([7, 8, 9]))
+        >>> data.__getitems__([2, 0])
+        (tensor([[4, 5],
+                [0, 1]]), tensor([9, 7]))
+    """
+
+    def __init__(self, *tensors: Tensor) -> None:
+        if not tensors or len({len(t) for t in tensors}) != 1:
+            raise ValueError(f"TensorBatches needs tensors of one length, got {[len(t) for t in tensors]}")
+        self.tensors = tensors
+
+    def __len__(self) -> int:
+        return len(self.tensors[0])
+
+    def __getitems__(self, indices: Sequence[int]) -> tuple[Tensor, ...]:
+        idx = torch.as_tensor(indices, dtype=torch.long)
+        return tuple(t[idx] for t in self.tensors)
+
+    def __getitem__(self, index: int) -> tuple[Tensor, ...]:
+        return tuple(t[index] for t in self.tensors)
 
 
 class BatchedDataModule(LightningDataModule):

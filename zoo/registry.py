@@ -142,6 +142,24 @@ _EFM_IMAGES = _Family(
     paper=_EFM_PAPER,
     tags=("transport", "generative", "images"),
 )
+_BACKTRACK_PAPER = Paper(
+    "On the Query Complexity of Verifier-Assisted Language Generation",
+    code="https://github.com/YuchenLi01/LM_Query_Complexity",
+    arxiv="2502.12123",
+)
+_BACKTRACK = _Family(
+    module="zoo.models.backtrack_sampling.DyckLM",
+    datamodule="datamodules.grammar.DyckDataModule",
+    paper=_BACKTRACK_PAPER,
+    reproduce="zoo.models.backtrack_sampling.reproduce.run",
+    tags=("language-model", "sampling", "verifier"),
+)
+_BACKTRACK_PROBE = _Family(
+    module="zoo.models.backtrack_sampling.VerifierProbe",
+    datamodule="datamodules.grammar.PrefixErrorDataModule",
+    paper=_BACKTRACK_PAPER,
+    tags=("verifier", "probe"),
+)
 _SNN_ECL = _Family(
     module="zoo.models.snn_ecl.ECLClassifier",
     datamodule="datamodules.images.ImageDataModule",
@@ -160,6 +178,14 @@ ENTRIES: tuple[Entry, ...] = (
         "cv-winrate-offshelf",
         "Off-the-shelf (shifted-population) reward model for control-variates evaluation.",
         "baseline",
+    ),
+    _BACKTRACK.entry(
+        "backtrack-sampling",
+        "Tiny Dyck-2 transformer LM with verifier-assisted samplers (tokenwise rejection with backtracking).",
+    ),
+    _BACKTRACK_PROBE.entry(
+        "backtrack-sampling-probe",
+        "Learned verifier: a probe on the backtrack-sampling LM's hidden state that flags prefixes gone wrong.",
     ),
     _DUAL.entry(
         "dual",
