@@ -65,7 +65,8 @@ class VerifierProbe(ZooModule):
         """P(error) of each prefix from the LM's hidden state at its last token."""
         return self(hidden.to(self.device)).softmax(-1)[:, 1].to(hidden.device)
 
-    def _loss(self, batch: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
+    def loss(self, batch: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
+        """(cross-entropy, class-balanced when ``balanced``; logits) of a ``(hidden, label)`` batch."""
         hidden, label = batch[0], batch[1].long()
         logits = self(hidden)
         weight = None
@@ -75,12 +76,12 @@ class VerifierProbe(ZooModule):
         return nn.functional.cross_entropy(logits, label, weight=weight), logits
 
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
-        loss, _ = self._loss(batch)
+        loss, _ = self.loss(batch)
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch[0]))
         return loss
 
     def _evaluate(self, batch: tuple[Tensor, ...], stage: str) -> None:
-        loss, logits = self._loss(batch)
+        loss, logits = self.loss(batch)
         label = batch[1].long()
         self.metrics[f"{stage}_accuracy"].update(logits.argmax(-1), label)
         self.metrics[f"{stage}_balanced_accuracy"].update(logits, label)

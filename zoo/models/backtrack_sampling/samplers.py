@@ -73,12 +73,14 @@ def _prefix_hash(tokens: Tensor, lengths: Tensor) -> Tensor:
     return (mixed.sum(1) % _HASH_MOD) * 64 + lengths
 
 
-def _start(lm: LM, prompts: Tensor, prompt_lengths: Tensor, max_length: int) -> tuple[Tensor, Tensor]:
+def _start(
+    lm: LM, prompts: Tensor, prompt_lengths: Tensor, max_length: int, continuing: bool = False
+) -> tuple[Tensor, Tensor]:
     if prompts.dim() != 2 or prompt_lengths.shape != prompts.shape[:1]:
         raise ValueError(f"prompts must be (R, P) token ids with (R,) lengths, got {tuple(prompts.shape)}")
     if len(prompts) == 0 or int(prompt_lengths.min()) < 1:
         raise ValueError("empty prompt: every row needs at least one token (e.g. BOS)")
-    if int(prompt_lengths.max()) >= max_length:
+    if not continuing and int(prompt_lengths.max()) >= max_length:
         raise ValueError(f"prompt of {int(prompt_lengths.max())} tokens leaves no room before max_length={max_length}")
     vocab = getattr(lm, "vocab_size", None) or getattr(getattr(lm, "lm", None), "vocab_size", None)
     used = prompts[torch.arange(prompts.shape[1])[None, :] < prompt_lengths[:, None]]
@@ -106,6 +108,8 @@ def generate(
     final_check: bool = False,
     eos: int | None = None,
     generator: torch.Generator | None = None,
+    check_prompt: bool = True,
+    continuing: bool = False,
 ) -> Generation:
     """Sample completions to ``max_length`` tokens; with ``verifier``, backtrack on flagged prefixes (Algorithm 1).
 
@@ -126,14 +130,18 @@ def generate(
         final_check: also verify the finished row (the official loop never checks the last token).
         eos: stop a row at this token (None: every row runs to ``max_length``, as the official Dyck runs).
         generator: the random stream of the draws.
+        check_prompt: raise if the verifier flags a prompt itself (no completion could pass, since backtracking never
+            erases the prompt); turn it off for a learned verifier, whose false alarms on a prompt only spend quota.
+        continuing: rows may already be complete (``max_length`` tokens); they are left as they are (the block
+            samplers continue partly finished rows).
     """
-    tokens, lengths = _start(lm, prompts, prompt_lengths, max_length)
+    tokens, lengths = _start(lm, prompts, prompt_lengths, max_length, continuing)
     rows = torch.arange(len(tokens), device=tokens.device)
     zeros = torch.zeros(len(tokens), dtype=torch.long, device=tokens.device)
     queries, backtracks, calls, greedy_left = zeros.clone(), zeros.clone(), zeros.clone(), zeros.clone()
     visited = torch.full((len(tokens), max(quota, 1)), -1, dtype=torch.long, device=tokens.device)
     done = lengths >= max_length
-    if verifier is not None:
+    if verifier is not None and check_prompt:
         _, hidden = lm(tokens, lengths)
         flagged = verifier(tokens, lengths, hidden) >= threshold
         if bool(flagged.any()):
@@ -271,7 +279,7 @@ def block_best_of_n(
     while bool((lengths < max_length).any()):
         stop = torch.clamp(lengths + block, max=max_length)
         wide = generate(lm, tokens.repeat_interleave(n, 0), lengths.repeat_interleave(n), int(stop.max()), None,
-                        temperature=temperature, top_p=top_p, eos=eos, generator=generator)  # fmt: skip
+                        temperature=temperature, top_p=top_p, eos=eos, generator=generator, continuing=True)  # fmt: skip
         # Rows whose block ends before the widest: keep only their own block (lengths capped at their stop).
         cand_lengths = torch.minimum(wide.lengths, stop.repeat_interleave(n))
         cand = torch.zeros(R * n, max_length, dtype=torch.long, device=tokens.device)
