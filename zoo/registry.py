@@ -171,14 +171,6 @@ _SNN_ECL = _Family(
 # Sorted by name.
 ENTRIES: tuple[Entry, ...] = (
     _SAE.entry("a-sae", "Archetypal SAE: TopK SAE whose atoms are convex combinations of k-means candidate points."),
-    _CV_WINRATE.entry(
-        "cv-winrate", "Fine-tuned reward model whose synthetic preferences make control-variates win rates cheap."
-    ),
-    _CV_WINRATE.entry(
-        "cv-winrate-offshelf",
-        "Off-the-shelf (shifted-population) reward model for control-variates evaluation.",
-        "baseline",
-    ),
     _BACKTRACK.entry(
         "backtrack-sampling",
         "Tiny Dyck-2 transformer LM with verifier-assisted samplers (tokenwise rejection with backtracking).",
@@ -186,6 +178,14 @@ ENTRIES: tuple[Entry, ...] = (
     _BACKTRACK_PROBE.entry(
         "backtrack-sampling-probe",
         "Learned verifier: a probe on the backtrack-sampling LM's hidden state that flags prefixes gone wrong.",
+    ),
+    _CV_WINRATE.entry(
+        "cv-winrate", "Fine-tuned reward model whose synthetic preferences make control-variates win rates cheap."
+    ),
+    _CV_WINRATE.entry(
+        "cv-winrate-offshelf",
+        "Off-the-shelf (shifted-population) reward model for control-variates evaluation.",
+        "baseline",
     ),
     _DUAL.entry(
         "dual",

@@ -91,7 +91,9 @@ class DyckLM(ZooModule):
 
         ``"plain"``, ``"backtrack"`` (Q = 4, B = 4), ``"tokenwise"`` (B = 1, Q = 16), ``"rejection"`` (4 attempts) or
         ``"best_of_n"`` (blocks of 6, N = 4); ``kwargs`` go to the sampler (``temperature``, ``top_p``, ``quota``,
-        ``stride``, ``threshold``, ``generator``...).
+        ``stride``, ``threshold``, ``generator``...). ``"tokenwise"`` runs with ``forbid_repeat=False``: erasing one
+        token returns to the previous prefix, so a redrawn copy of the rejected token must be rejected again rather
+        than kept as an already-visited prefix.
         """
         lm = CachedLM(self.lm.eval())
         verifier = verifier or self.exact_verifier
@@ -101,7 +103,14 @@ class DyckLM(ZooModule):
         if method == "backtrack":
             return generate(lm, prompts, prompt_lengths, length, verifier, **kwargs)
         if method == "tokenwise":
-            return generate(lm, prompts, prompt_lengths, length, verifier, **{"stride": 1, "quota": 16, **kwargs})
+            return generate(
+                lm,
+                prompts,
+                prompt_lengths,
+                length,
+                verifier,
+                **{"stride": 1, "quota": 16, "forbid_repeat": False, **kwargs},
+            )
         if method == "rejection":
             return rejection_sample(lm, prompts, prompt_lengths, length, self.grammar.accept, **kwargs)
         if method == "best_of_n":

@@ -106,5 +106,8 @@ class VerifierProbe(ZooModule):
             "A logistic-regression probe on the `backtrack-sampling` LM's last-layer hidden state, trained on "
             "first-error / earlier-position pairs from the LM's own completions of in-distribution and shifted "
             "prompts, labelled by the exact Dyck verifier. Use it as a verifier: "
-            "`lm.generate(prompts, lengths, 'backtrack', verifier=probe.verifier)`."
+            "`lm.generate(prompts, lengths, 'backtrack', verifier=probe.verifier, check_prompt=False)` (a learned verifier "
+            "can flag a prompt itself; `check_prompt=False` lets such a false alarm spend quota instead of raising). "
+            "Its gain over plain sampling is small: valid strings on shifted prompts go from 0.801 to 0.847 in "
+            "`zoo reproduce backtrack-sampling` (0.963 with the exact verifier)."
         )

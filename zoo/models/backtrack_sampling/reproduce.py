@@ -137,7 +137,7 @@ def run(quick: bool = False, out: Path | str | None = None) -> dict[str, Any]:
         for vname, verifier in (("exact", exact), ("probe", learned)):
             check = vname == "exact"  # the probe's false alarms on a prompt only spend quota
             methods[f"tokenwise/{vname}"] = lambda g, v=verifier, c=check: generate(
-                lm, tokens, prompt_lengths, L, v, quota=16, stride=1, generator=g, check_prompt=c
+                lm, tokens, prompt_lengths, L, v, quota=16, stride=1, forbid_repeat=False, generator=g, check_prompt=c
             )
             methods[f"backtrack/{vname}"] = lambda g, v=verifier, c=check: generate(
                 lm, tokens, prompt_lengths, L, v, quota=4, stride=4, generator=g, check_prompt=c

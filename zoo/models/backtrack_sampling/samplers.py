@@ -8,7 +8,7 @@ Every sampler is bounded: plain sampling by the length, backtracking by its quot
 * :func:`generate` — plain / temperature / nucleus sampling, and with a ``verifier`` the paper's Algorithm 1
   (tokenwise rejection sampling with backtracking: check the prefix after each new token; when the verifier's
   P(error) ≥ τ, erase ``stride`` tokens (never into the prompt), spend one of ``quota`` backtracks, resample).
-  Tokenwise rejection sampling is ``stride=1``.
+  Tokenwise rejection sampling is ``stride=1`` with ``forbid_repeat=False``.
 * :func:`rejection_sample` — full-sequence rejection: redraw rows whose complete sample fails, up to ``max_attempts``.
 * :func:`block_best_of_n` — per block of tokens, draw ``n`` continuations and keep the one the verifier scores
   lowest.
@@ -19,6 +19,7 @@ state at each row's last token (what a probe reads; an exact checker ignores it)
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -64,10 +65,19 @@ def draw(
     return torch.multinomial(scores.softmax(-1), 1, generator=generator)[:, 0]
 
 
+@functools.lru_cache(maxsize=8)
+def _hash_powers(width: int) -> Tensor:
+    """8191^i mod a 31-bit prime for i < width (each product stays far inside int64)."""
+    powers = [1]
+    for _ in range(width - 1):
+        powers.append(powers[-1] * 8191 % _HASH_MOD)
+    return torch.tensor(powers, dtype=torch.long)
+
+
 def _prefix_hash(tokens: Tensor, lengths: Tensor) -> Tensor:
     """A hash of each row's prefix and its length (polynomial, exact in int64 for the vocabularies used here)."""
     width = tokens.shape[1]
-    powers = torch.pow(torch.full((width,), 1_000_003 % 8191, dtype=torch.long), torch.arange(width)) % _HASH_MOD
+    powers = _hash_powers(width)
     mask = torch.arange(width, device=tokens.device)[None, :] < lengths[:, None]
     mixed = ((tokens.long() + 1) * mask) % _HASH_MOD * powers.to(tokens.device) % _HASH_MOD
     return (mixed.sum(1) % _HASH_MOD) * 64 + lengths
@@ -83,7 +93,7 @@ def _start(
     if not continuing and int(prompt_lengths.max()) >= max_length:
         raise ValueError(f"prompt of {int(prompt_lengths.max())} tokens leaves no room before max_length={max_length}")
     vocab = getattr(lm, "vocab_size", None) or getattr(getattr(lm, "lm", None), "vocab_size", None)
-    used = prompts[torch.arange(prompts.shape[1])[None, :] < prompt_lengths[:, None]]
+    used = prompts[torch.arange(prompts.shape[1], device=prompts.device)[None, :] < prompt_lengths[:, None]]
     if vocab is not None and (int(used.min()) < 0 or int(used.max()) >= vocab):
         raise ValueError(f"prompt tokens must be in [0, {vocab}), got {int(used.min())}…{int(used.max())}")
     tokens = torch.zeros(len(prompts), max_length, dtype=torch.long, device=prompts.device)
@@ -169,9 +179,7 @@ def generate(
             lengths = lengths + active.long()
             queries += active.long()
             greedy_left = (greedy_left - active.long()).clamp(min=0)
-            done = lengths >= max_length
-            if eos is not None:
-                done |= active & (x == eos)
+            done = _finished(tokens, lengths, prompt_lengths, max_length, eos)
         if verifier is None or not final_check:
             break
         _, hidden = lm(tokens, lengths)
@@ -181,8 +189,17 @@ def generate(
                                                    stride, forbid_repeat, visited, backtracks, queries, calls,
                                                    greedy_left, redo_argmax):  # fmt: skip
             break
-        done = lengths >= max_length
+        done = _finished(tokens, lengths, prompt_lengths, max_length, eos)
     return Generation(tokens, lengths, prompt_lengths.clone(), queries, backtracks, calls)
+
+
+def _finished(tokens: Tensor, lengths: Tensor, prompt_lengths: Tensor, max_length: int, eos: int | None) -> Tensor:
+    """Rows at ``max_length`` or whose last generated token is ``eos`` (they stay finished on later steps)."""
+    done = lengths >= max_length
+    if eos is not None:
+        last = tokens.gather(1, (lengths - 1).clamp(min=0)[:, None])[:, 0]
+        done |= (last == eos) & (lengths > prompt_lengths)
+    return done
 
 
 def _backtrack(
@@ -276,8 +293,9 @@ def block_best_of_n(
     R = len(tokens)  # noqa: N806
     queries = torch.zeros(R, dtype=torch.long, device=tokens.device)
     calls = torch.zeros_like(queries)
-    while bool((lengths < max_length).any()):
-        stop = torch.clamp(lengths + block, max=max_length)
+    ended = torch.zeros(R, dtype=torch.bool, device=tokens.device)  # rows stopped at EOS keep their length
+    while bool(((lengths < max_length) & ~ended).any()):
+        stop = torch.where(ended, lengths, torch.clamp(lengths + block, max=max_length))
         wide = generate(lm, tokens.repeat_interleave(n, 0), lengths.repeat_interleave(n), int(stop.max()), None,
                         temperature=temperature, top_p=top_p, eos=eos, generator=generator, continuing=True)  # fmt: skip
         # Rows whose block ends before the widest: keep only their own block (lengths capped at their stop).
@@ -288,12 +306,9 @@ def block_best_of_n(
         score = verifier(cand, cand_lengths, hidden).view(R, n)
         best = score.argmin(1) + torch.arange(R, device=tokens.device) * n
         queries += (cand_lengths - lengths.repeat_interleave(n)).view(R, n).sum(1)
-        calls += n
+        calls += n * (stop > lengths).long()  # finished rows are carried along, not verified again
         tokens, lengths = cand[best], cand_lengths[best]
         if eos is not None:
-            ended = (tokens.gather(1, (lengths - 1)[:, None])[:, 0] == eos) & (lengths > prompt_lengths)
-            lengths = (
-                torch.where(ended, torch.full_like(lengths, max_length), lengths) if bool(ended.any()) else lengths
-            )
+            ended |= (tokens.gather(1, (lengths - 1)[:, None])[:, 0] == eos) & (lengths > prompt_lengths)
     zeros = torch.zeros_like(queries)
     return Generation(tokens, lengths, prompt_lengths.clone(), queries, zeros, calls)
