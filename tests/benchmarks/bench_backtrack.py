@@ -12,24 +12,12 @@ the final completions; medians of ``--repeats`` runs.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from collections.abc import Callable
 
 import torch
+from timing import median_seconds  # tests/benchmarks/timing.py (the script's folder is on sys.path)
 
 import zoo
 from zoo.models.backtrack_sampling import CachedLM, FullSequenceLM, generate
-
-
-def median_seconds(fn: Callable[[], object], repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> None:

@@ -13,11 +13,9 @@ cost does not depend on the weights). Prints medians of ``--repeats`` runs.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from collections.abc import Callable
 
 import torch
+from timing import median_seconds  # tests/benchmarks/timing.py (the script's folder is on sys.path)
 from torch import Tensor, nn
 
 import zoo
@@ -53,16 +51,6 @@ def spikingjelly_twin(snn: SpikingNetwork) -> nn.Module:
     return rebuild(snn.net).eval()
 
 
-def median_rate(fn: Callable[[], object], images: int, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return images / statistics.median(times)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=4)
@@ -78,8 +66,8 @@ def main() -> None:
     single = model.to_snn(v0_ratio=0.0, dual=False)
     ecl = model.to_snn()
     rows = {
-        "zoo, IF (v0 = 0, single)": median_rate(lambda: single(x, T), len(x), args.repeats),
-        "zoo, ECL (v0 = θ/2, dual)": median_rate(lambda: ecl(x, T), len(x), args.repeats),
+        "zoo, IF (v0 = 0, single)": len(x) / median_seconds(lambda: single(x, T), args.repeats),
+        "zoo, ECL (v0 = θ/2, dual)": len(x) / median_seconds(lambda: ecl(x, T), args.repeats),
     }
     try:
         from spikingjelly.activation_based import functional
@@ -95,10 +83,10 @@ def main() -> None:
 
         same = torch.allclose(run_sj(), single(x, T), atol=1e-5)
         print(f"SpikingJelly twin gives the same per-step outputs: {same}")
-        rows["SpikingJelly 2.0, IFNode multi-step"] = median_rate(run_sj, len(x), args.repeats)
+        rows["SpikingJelly 2.0, IFNode multi-step"] = len(x) / median_seconds(run_sj, args.repeats)
     resnet = ECLClassifier(backbone="resnet18", in_shape=[3, 32, 32]).to_snn()
     cifar = torch.rand(32, 3, 32, 32)
-    rows["zoo, ECL ResNet-18 32×32 (batch 32)"] = median_rate(lambda: resnet(cifar, T), len(cifar), 1)
+    rows["zoo, ECL ResNet-18 32×32 (batch 32)"] = len(cifar) / median_seconds(lambda: resnet(cifar, T), 1)
     print(f"T = {T}, {args.threads} threads, median of {args.repeats} runs")
     for name, rate in rows.items():
         print(f"  {name:40s} {rate:10,.0f} images/s")
