@@ -93,6 +93,15 @@ _SAE = _Family(
     reproduce="zoo.models.ra_sae.reproduce.run",
     tags=("sae", "interpretability"),
 )
+_CLUDI = _Family(
+    module="zoo.models.cludi.CLUDIModule",
+    datamodule="datamodules.features.FeatureClusteringDataModule",
+    paper=Paper(
+        "Clustering via Self-Supervised Diffusion", code="https://github.com/BGU-CS-VIL/CLUDI", arxiv="2507.04283"
+    ),
+    reproduce="zoo.models.cludi.reproduce.run",
+    tags=("clustering", "diffusion"),
+)
 _CV_WINRATE = _Family(
     module="zoo.models.cv_winrate.PairwiseRewardModel",
     datamodule="datamodules.preferences.PreferenceDataModule",
@@ -178,6 +187,10 @@ ENTRIES: tuple[Entry, ...] = (
     _BACKTRACK_PROBE.entry(
         "backtrack-sampling-probe",
         "Learned verifier: a probe on the backtrack-sampling LM's hidden state that flags prefixes gone wrong.",
+    ),
+    _CLUDI.entry(
+        "cludi",
+        "Clusters features by diffusion over cluster-assignment embeddings with a self-distilling teacher (digits).",
     ),
     _CV_WINRATE.entry(
         "cv-winrate", "Fine-tuned reward model whose synthetic preferences make control-variates win rates cheap."
