@@ -1,0 +1,164 @@
+"""LoRA timestep experts: interval routing, exact zero-init behaviour, per-sample routing, the timestep hook, peft."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from diffusers import UNet2DModel
+from torch import nn
+
+from zoo.nn.timestep_experts import (
+    TimestepExpertsConv2d,
+    TimestepExpertsLinear,
+    expert_index,
+    inject_timestep_experts,
+    load_peft_expert,
+)
+
+TARGETS = ["to_q", "to_k", "to_v", "to_out.0", "conv1", "conv2"]
+
+
+def _unet() -> UNet2DModel:
+    torch.manual_seed(0)
+    return UNet2DModel(
+        sample_size=8,
+        in_channels=1,
+        out_channels=1,
+        layers_per_block=1,
+        block_out_channels=(16, 32),
+        down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+        up_block_types=("AttnUpBlock2D", "UpBlock2D"),
+        norm_num_groups=8,
+    ).eval()
+
+
+def _randomise_experts(experts: dict, seed: int = 1) -> None:
+    g = torch.Generator().manual_seed(seed)
+    for layer in experts.values():
+        for b in layer.lora_B:
+            b.data.copy_(0.05 * torch.randn(b.shape, generator=g))
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 8])
+def test_expert_index_follows_the_interval_formula_at_the_boundaries(n: int) -> None:
+    """Check floor(t·n/T) at t = 0, T/n − 1, T/n and T − 1, and that it agrees with the paper's 1-indexed ceil."""
+    T = 1000  # noqa: N806
+    t = torch.tensor([0, T // n - 1, min(T // n, T - 1), T - 1])
+    assert expert_index(t, n, T).tolist() == [0, 0, min(1, n - 1), n - 1]
+    every = torch.arange(T)
+    assert torch.equal(expert_index(every, n, T), torch.ceil((every + 1) * n / T).long() - 1)
+    assert torch.equal(expert_index(every.float() + 0.5, n, T), expert_index(every, n, T))  # flow models' float t
+
+
+@pytest.mark.parametrize("bad", [-1, 1000])
+def test_timestep_outside_range_is_refused(bad: int) -> None:
+    with pytest.raises(ValueError, match=r"\[0, 1000\)"):
+        expert_index(torch.tensor([5, bad]), 4)
+
+
+def test_zero_init_gives_exactly_the_base_model_in_every_stage() -> None:
+    """Check that B = 0 (and a zero router) leaves the UNet's output bit for bit unchanged."""
+    unet = _unet()
+    x, t = torch.randn(3, 1, 8, 8), torch.tensor([0, 500, 999])
+    with torch.no_grad():
+        reference = unet(x, t).sample
+        experts = inject_timestep_experts(unet, TARGETS, scales=(4, 2, 1), rank=4)
+        for stage, scale in (("foster", 0), ("foster", 2), ("assemble", 0)):
+            for layer in experts.values():
+                layer.set_stage(stage, scale)
+            assert torch.equal(unet(x, t).sample, reference), stage
+    assert all(not p.requires_grad for layer in experts.values() for p in layer.base.parameters())
+
+
+def test_zero_router_gives_exactly_the_core_experts() -> None:
+    """Check that assembling with the zero-initialised router equals fostering the finest scale (core only)."""
+    unet = _unet()
+    experts = inject_timestep_experts(unet, TARGETS, scales=(4, 2, 1), rank=4)
+    _randomise_experts(experts)
+    x, t = torch.randn(4, 1, 8, 8), torch.tensor([10, 260, 510, 990])
+    with torch.no_grad():
+        for layer in experts.values():
+            layer.set_stage("foster", 0)
+        core = unet(x, t).sample
+        for layer in experts.values():
+            layer.set_stage("assemble")
+        assembled = unet(x, t).sample
+        for layer in experts.values():
+            layer.set_stage("base")
+        base = unet(x, t).sample
+    assert torch.equal(assembled, core)
+    assert not torch.allclose(core, base)  # the experts do act
+
+
+def test_routing_is_per_sample_in_the_batch() -> None:
+    """Check that a batch with different timesteps gives each sample what a batch of one would give it."""
+    unet = _unet()
+    experts = inject_timestep_experts(unet, TARGETS, scales=(4, 2, 1), rank=2)
+    _randomise_experts(experts)
+    for layer in experts.values():
+        layer.set_stage("assemble")
+        nn.init.normal_(layer.router.weight, std=0.1)
+        nn.init.normal_(layer.time_gate.weight, std=0.1)
+    x, t = torch.randn(4, 1, 8, 8), torch.tensor([999, 0, 400, 600])
+    with torch.no_grad():
+        batched = unet(x, t).sample
+        alone = torch.cat([unet(x[i : i + 1], t[i : i + 1]).sample for i in range(4)])
+    torch.testing.assert_close(batched, alone, rtol=1e-4, atol=1e-5)
+
+
+def test_the_hook_reads_every_form_of_timestep() -> None:
+    """Check positional, keyword, int and 0-d timesteps, and a batch doubled after t was built (CFG)."""
+    unet = _unet()
+    experts = inject_timestep_experts(unet, ["to_q"], scales=(2, 1), rank=2)
+    layer = next(iter(experts.values()))
+    x = torch.randn(2, 1, 8, 8)
+    with torch.no_grad():
+        unet(x, 700)
+        assert layer.timesteps.tolist() == [700, 700]
+        unet(x, timestep=torch.tensor(3))
+        assert layer.timesteps.tolist() == [3, 3]
+        unet(sample=x, timestep=torch.tensor([1, 2]))
+        assert layer.timesteps.tolist() == [1, 2]
+    layer.timesteps = torch.tensor([10, 900])
+    assert layer._batch_timesteps(4).tolist() == [10, 10, 900, 900]
+
+
+def test_unknown_target_module_names_the_closest_ones() -> None:
+    with pytest.raises(ValueError, match="did you mean 'to_q'"):
+        inject_timestep_experts(_unet(), ["to_qq"])
+
+
+def test_bad_construction_is_refused() -> None:
+    with pytest.raises(ValueError, match="finest first"):
+        TimestepExpertsLinear(nn.Linear(4, 4), scales=(1, 4))
+    with pytest.raises(ValueError, match="groups=1"):
+        TimestepExpertsConv2d(nn.Conv2d(4, 4, 3, groups=2))
+    layer = TimestepExpertsLinear(nn.Linear(4, 4), scales=(2, 1))
+    with pytest.raises(RuntimeError, match="no timestep"):
+        layer(torch.randn(2, 4))
+
+
+def test_a_peft_lora_adapter_loads_into_its_expert_slot() -> None:
+    """Check that an expert loaded from a peft LoRA (Linear and Conv2d targets) reproduces the peft model's output for
+    timesteps inside its interval, and that other intervals stay at the base model."""
+    from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
+
+    targets = ["to_q", "to_v", "conv1"]
+    peft_model = get_peft_model(_unet(), LoraConfig(r=4, lora_alpha=8, target_modules=targets))
+    g = torch.Generator().manual_seed(2)
+    for name, p in peft_model.named_parameters():
+        if "lora_B" in name:
+            p.data.copy_(0.05 * torch.randn(p.shape, generator=g))
+    state = get_peft_model_state_dict(peft_model)
+    unet = _unet()
+    experts = inject_timestep_experts(unet, targets, scales=(4, 2, 1), rank=4)
+    assert load_peft_expert(experts, state, scale=0, interval=2, peft_scaling=2.0) == len(experts)
+    for layer in experts.values():
+        layer.set_stage("foster", 0)
+    x = torch.randn(2, 1, 8, 8)
+    inside, outside = torch.tensor([500, 749]), torch.tensor([0, 999])
+    with torch.no_grad():
+        torch.testing.assert_close(unet(x, inside).sample, peft_model(x, inside).sample, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(unet(x, outside).sample, _unet()(x, outside).sample, rtol=0, atol=0)
+    with pytest.raises(KeyError, match="no unique peft LoRA"):
+        load_peft_expert(experts, {}, 0, 0)

@@ -1,0 +1,331 @@
+"""LoRA timestep experts (TimeStep Master, Zhuang et al., ICML 2025) for any diffusers denoiser.
+
+Each adapted ``nn.Linear`` / ``nn.Conv2d`` of a frozen denoiser gets, for every scale j of ``scales = (n_1 > … > n_m)``,
+``n_j`` LoRA experts, one per equal interval of the timesteps [0, T). For a 0-indexed timestep t the expert of scale
+j is ``floor(t · n_j / T)``.
+
+* **Fostering** (stage 1, ``set_stage("foster", scale=j)``): only scale j's experts act, each sample through the expert
+  of its own interval; training timesteps are drawn inside one interval, or over [0, T) so that each expert learns
+  from its own samples.
+* **Assembling** (stage 2, ``set_stage("assemble")``): the finest scale's expert is the ungated *core*; each coarser
+  scale adds its expert times a gate from the router G(z_t, t) = F(z_t) + ε(t) (a linear map of the layer's input per
+  token / pixel, plus a learned row per timestep; no activation by default). Only the router trains.
+
+Routing is per sample: the experts' weights are gathered with the batch's expert indices and applied in one
+``einsum`` (Linear) or one stacked convolution (Conv2d), with no Python loop over samples. The timestep comes from
+the denoiser call itself: :func:`inject_timestep_experts` registers a forward pre-hook on the model that reads its
+``timestep`` argument (positional or keyword; an int, a 0-d or a ``(B,)`` tensor) and hands it to every adapted layer.
+
+peft has LoRA but no timestep routing, so the mixture is written here; :func:`load_peft_expert` copies a peft LoRA
+adapter trained on one interval into its expert slot.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+__all__ = [
+    "TimestepExpertsConv2d",
+    "TimestepExpertsLinear",
+    "expert_index",
+    "inject_timestep_experts",
+    "load_peft_expert",
+]
+
+Stage = Literal["base", "foster", "assemble"]
+GateActivation = Literal["none", "sigmoid", "softmax"]
+
+
+def expert_index(t: Tensor, n: int, num_timesteps: int = 1000) -> Tensor:
+    """The 0-indexed interval ``floor(t · n / T)`` of each timestep in ``t`` (floats are floored first).
+
+    Raises ``ValueError`` for a timestep outside [0, T).
+
+    Example:
+        >>> expert_index(torch.tensor([0, 249, 250, 999]), 4).tolist()
+        [0, 0, 1, 3]
+    """
+    t = t.floor().long() if t.is_floating_point() else t.long()
+    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= num_timesteps):
+        raise ValueError(f"timesteps must lie in [0, {num_timesteps}), got {int(t.min())}…{int(t.max())}")
+    return t * n // num_timesteps
+
+
+class _TimestepExperts(nn.Module):
+    """What the Linear and Conv2d wrappers share: scales, stage, the router and the per-sample timesteps."""
+
+    base: nn.Module
+
+    def __init__(
+        self,
+        base: nn.Module,
+        in_features: int,
+        scales: Sequence[int],
+        rank: int,
+        alpha: float | None,
+        num_timesteps: int,
+        gate_activation: GateActivation,
+    ) -> None:
+        super().__init__()
+        scales = tuple(int(n) for n in scales)
+        if not scales or any(n < 1 for n in scales) or list(scales) != sorted(set(scales), reverse=True):
+            raise ValueError(f"scales must be distinct positive interval counts, finest first, got {scales}")
+        if rank < 1:
+            raise ValueError(f"rank must be ≥ 1, got {rank}")
+        if gate_activation not in ("none", "sigmoid", "softmax"):
+            raise ValueError(f"gate_activation must be 'none', 'sigmoid' or 'softmax', got {gate_activation!r}")
+        self.base = base
+        for p in self.base.parameters():
+            p.requires_grad_(False)
+        self.scales, self.rank, self.num_timesteps = scales, rank, num_timesteps
+        self.scaling = (alpha if alpha is not None else rank) / rank
+        self.gate_activation = gate_activation
+        contexts = len(scales) - 1
+        # Zero-initialised router: stage 2 starts exactly at "core experts only".
+        self.router = nn.Linear(in_features, contexts) if contexts else None
+        self.time_gate = nn.Embedding(num_timesteps, contexts) if contexts else None
+        if contexts:
+            nn.init.zeros_(self.router.weight)
+            nn.init.zeros_(self.router.bias)
+            nn.init.zeros_(self.time_gate.weight)
+        self.stage: Stage = "foster"
+        self.active_scale = 0
+        self.timesteps: Tensor | None = None
+
+    def set_stage(self, stage: Stage, scale: int = 0) -> None:
+        """``"foster"`` (only scale ``scale``'s experts), ``"assemble"`` (core + gated context) or ``"base"``."""
+        if stage not in ("base", "foster", "assemble"):
+            raise ValueError(f"stage must be 'base', 'foster' or 'assemble', got {stage!r}")
+        if not 0 <= scale < len(self.scales):
+            raise ValueError(f"scale must index one of {self.scales}, got {scale}")
+        self.stage, self.active_scale = stage, scale
+
+    def _batch_timesteps(self, batch: int) -> Tensor:
+        if self.timesteps is None:
+            raise RuntimeError(
+                "no timestep: call the model that inject_timestep_experts wrapped (its forward passes the timestep "
+                "to this layer), or set layer.timesteps"
+            )
+        t = self.timesteps
+        if len(t) == batch:
+            return t
+        if len(t) == 1 or batch % len(t) == 0:  # one t for all, or a batch doubled after t was built (CFG)
+            return t.repeat_interleave(batch // len(t)) if len(t) > 1 else t.expand(batch)
+        raise ValueError(f"{len(t)} timesteps for a batch of {batch}")
+
+    def gates(self, x: Tensor, t: Tensor, channel_dim: int) -> Tensor:
+        """G(z_t, t) = F(z_t) + ε(t), per token / pixel: ``(m − 1)`` gates on ``channel_dim``'s position."""
+        features = x.movedim(channel_dim, -1)
+        g = self.router(features) + self.time_gate(t).view(len(t), *([1] * (features.dim() - 2)), -1)
+        if self.gate_activation == "sigmoid":
+            g = g.sigmoid()
+        elif self.gate_activation == "softmax":
+            g = g.softmax(-1)
+        return g.movedim(-1, channel_dim)
+
+    def _delta(self, x: Tensor, scale: int, index: Tensor) -> Tensor:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = self.base(x)
+        if self.stage == "base":
+            return out
+        t = self._batch_timesteps(x.shape[0])
+        channel_dim = -1 if isinstance(self, TimestepExpertsLinear) else 1
+        if self.stage == "foster":
+            j = self.active_scale
+            return out + self.scaling * self._delta(x, j, expert_index(t, self.scales[j], self.num_timesteps))
+        delta = self._delta(x, 0, expert_index(t, self.scales[0], self.num_timesteps))
+        if len(self.scales) > 1:
+            g = self.gates(x, t, channel_dim)
+            for j in range(1, len(self.scales)):
+                gate = g.narrow(channel_dim, j - 1, 1)
+                delta = delta + gate * self._delta(x, j, expert_index(t, self.scales[j], self.num_timesteps))
+        return out + self.scaling * delta
+
+    def expert_parameters(self) -> list[nn.Parameter]:
+        return [p for name, p in self.named_parameters() if name.startswith(("lora_A", "lora_B"))]
+
+    def router_parameters(self) -> list[nn.Parameter]:
+        return [] if self.router is None else [*self.router.parameters(), *self.time_gate.parameters()]
+
+
+class TimestepExpertsLinear(_TimestepExperts):
+    """LoRA timestep experts around an ``nn.Linear``: ``A[j]`` ``(n_j, r, k)`` (Kaiming), ``B[j]`` ``(n_j, d, r)`` (zero).
+
+    Example:
+        >>> layer = TimestepExpertsLinear(nn.Linear(8, 6), scales=(4, 2, 1), rank=2)
+        >>> layer.timesteps = torch.tensor([0, 999, 500])
+        >>> x = torch.randn(3, 5, 8)
+        >>> torch.equal(layer(x), layer.base(x))  # B = 0: exactly the base layer
+        True
+    """
+
+    def __init__(
+        self,
+        base: nn.Linear,
+        scales: Sequence[int] = (8, 4, 2, 1),
+        rank: int = 4,
+        alpha: float | None = None,
+        num_timesteps: int = 1000,
+        gate_activation: GateActivation = "none",
+    ) -> None:
+        super().__init__(base, base.in_features, scales, rank, alpha, num_timesteps, gate_activation)
+        k, d = base.in_features, base.out_features
+        self.lora_A = nn.ParameterList(nn.Parameter(torch.empty(n, rank, k)) for n in self.scales)
+        self.lora_B = nn.ParameterList(nn.Parameter(torch.zeros(n, d, rank)) for n in self.scales)
+        for a in self.lora_A:
+            for i in range(len(a)):  # peft's LoRA A init, per expert
+                nn.init.kaiming_uniform_(a.data[i], a=math.sqrt(5))
+
+    def _delta(self, x: Tensor, scale: int, index: Tensor) -> Tensor:
+        a, b = self.lora_A[scale][index], self.lora_B[scale][index]  # (B, r, k), (B, d, r)
+        flat = x.reshape(x.shape[0], -1, x.shape[-1])
+        h = torch.einsum("blk,brk->blr", flat, a.to(x.dtype))
+        return torch.einsum("blr,bdr->bld", h, b.to(x.dtype)).reshape(*x.shape[:-1], b.shape[1])
+
+
+class TimestepExpertsConv2d(_TimestepExperts):
+    """LoRA timestep experts around an ``nn.Conv2d``, in peft's conv-LoRA form: A is a k→r convolution with the base
+    layer's kernel, stride and padding, B a 1×1 r→d convolution. All experts of a scale run as one stacked
+    convolution; each sample then keeps the r channels of its own expert.
+
+    Example:
+        >>> layer = TimestepExpertsConv2d(nn.Conv2d(3, 4, 3, padding=1), scales=(2, 1), rank=2)
+        >>> layer.timesteps = torch.tensor([10, 900])
+        >>> _ = layer.lora_B[0].data.normal_()
+        >>> layer.set_stage("foster", scale=0)
+        >>> layer(torch.randn(2, 3, 8, 8)).shape
+        torch.Size([2, 4, 8, 8])
+    """
+
+    def __init__(
+        self,
+        base: nn.Conv2d,
+        scales: Sequence[int] = (8, 4, 2, 1),
+        rank: int = 4,
+        alpha: float | None = None,
+        num_timesteps: int = 1000,
+        gate_activation: GateActivation = "none",
+    ) -> None:
+        if base.groups != 1:
+            raise ValueError("timestep experts support ungrouped convolutions only (groups=1)")
+        super().__init__(base, base.in_channels, scales, rank, alpha, num_timesteps, gate_activation)
+        k, d, kernel = base.in_channels, base.out_channels, base.kernel_size
+        self.lora_A = nn.ParameterList(nn.Parameter(torch.empty(n, rank, k, *kernel)) for n in self.scales)
+        self.lora_B = nn.ParameterList(nn.Parameter(torch.zeros(n, d, rank)) for n in self.scales)
+        for a in self.lora_A:
+            for i in range(len(a)):
+                nn.init.kaiming_uniform_(a.data[i], a=math.sqrt(5))
+
+    def _delta(self, x: Tensor, scale: int, index: Tensor) -> Tensor:
+        a = self.lora_A[scale]
+        n, r = a.shape[:2]
+        base = self.base
+        h = nn.functional.conv2d(
+            x, a.reshape(n * r, *a.shape[2:]).to(x.dtype), None, base.stride, base.padding, base.dilation
+        )
+        h = h.view(x.shape[0], n, r, *h.shape[2:])[torch.arange(x.shape[0], device=x.device), index]  # (B, r, H, W)
+        return torch.einsum("brhw,bdr->bdhw", h, self.lora_B[scale][index].to(x.dtype))
+
+
+def _timestep_from_call(args: tuple[Any, ...], kwargs: dict[str, Any], batch: int) -> Tensor:
+    t = kwargs.get("timestep", args[1] if len(args) > 1 else None)
+    if t is None:
+        raise ValueError("the denoiser was called without a timestep (positional after the sample, or timestep=)")
+    t = torch.as_tensor(t)
+    t = t.reshape(-1) if t.dim() else t.reshape(1)
+    return t.expand(batch) if len(t) == 1 else t
+
+
+def inject_timestep_experts(
+    model: nn.Module,
+    target_modules: Sequence[str],
+    scales: Sequence[int] = (8, 4, 2, 1),
+    rank: int = 4,
+    alpha: float | None = None,
+    num_timesteps: int = 1000,
+    gate_activation: GateActivation = "none",
+) -> dict[str, _TimestepExperts]:
+    """Replace the Linear / Conv2d modules of ``model`` whose names end with one of ``target_modules`` (peft's
+    matching rule) by timestep-expert wrappers, and register the pre-hook that passes each call's timestep to them.
+
+    The base weights are frozen. Returns the wrappers by module name.
+
+    Raises:
+        ValueError: a target that matches no Linear / Conv2d (with the closest module names).
+
+    Example:
+        >>> from diffusers import UNet2DModel
+        >>> unet = UNet2DModel(sample_size=8, in_channels=1, out_channels=1, layers_per_block=1,
+        ...                    block_out_channels=(16, 32), down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+        ...                    up_block_types=("AttnUpBlock2D", "UpBlock2D"), norm_num_groups=8)
+        >>> experts = inject_timestep_experts(unet, ["to_q", "to_v"], scales=(4, 2, 1), rank=2)
+        >>> len(experts), unet(torch.randn(2, 1, 8, 8), torch.tensor([3, 800])).sample.shape
+        (8, torch.Size([2, 1, 8, 8]))
+    """
+    names = [name for name, m in model.named_modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
+    wrapped: dict[str, _TimestepExperts] = {}
+    for target in target_modules:
+        matches = [n for n in names if n == target or n.endswith("." + target)]
+        if not matches:
+            close = difflib.get_close_matches(target, sorted({n.rsplit(".", 1)[-1] for n in names}), n=3)
+            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+            raise ValueError(f"target module {target!r} matches no Linear or Conv2d of {type(model).__name__}{hint}")
+        for name in matches:
+            parent_name, _, child = name.rpartition(".")
+            parent = model.get_submodule(parent_name) if parent_name else model
+            base = getattr(parent, child)
+            cls = TimestepExpertsLinear if isinstance(base, nn.Linear) else TimestepExpertsConv2d
+            layer = cls(base, scales, rank, alpha, num_timesteps, gate_activation)
+            layer.to(device=base.weight.device)
+            setattr(parent, child, layer)
+            wrapped[name] = layer
+    layers = list(wrapped.values())
+
+    def hand_over_timestep(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        sample = args[0] if args else kwargs.get("sample", kwargs.get("hidden_states"))
+        t = _timestep_from_call(args, kwargs, sample.shape[0]).to(sample.device)
+        for layer in layers:
+            layer.timesteps = t
+
+    model.register_forward_pre_hook(hand_over_timestep, with_kwargs=True)
+    return wrapped
+
+
+def load_peft_expert(
+    experts: dict[str, _TimestepExperts],
+    peft_state: dict[str, Tensor],
+    scale: int,
+    interval: int,
+    peft_scaling: float = 1.0,
+) -> int:
+    """Copy a peft LoRA adapter, trained on one timestep interval, into expert ``interval`` of scale ``scale``.
+
+    ``peft_state`` is ``peft.get_peft_model_state_dict(peft_model)`` (keys ``….<module>.lora_A.weight`` and
+    ``….lora_B.weight``); ``peft_scaling`` is that adapter's α / r, folded into B so that the expert reproduces the
+    adapter's update under the wrapper's own scaling. Returns the number of layers loaded; raises ``KeyError`` when an
+    adapted layer has no matching LoRA weights and ``ValueError`` on a shape mismatch.
+    """
+    loaded = 0
+    for name, layer in experts.items():
+        keys = {part: [k for k in peft_state if k.endswith(f"{name}.lora_{part}.weight")] for part in ("A", "B")}
+        if len(keys["A"]) != 1 or len(keys["B"]) != 1:
+            raise KeyError(f"no unique peft LoRA weights for {name!r} (found {keys['A'] + keys['B']})")
+        a, b = peft_state[keys["A"][0]], peft_state[keys["B"][0]]
+        slot_a, slot_b = layer.lora_A[scale].data[interval], layer.lora_B[scale].data[interval]
+        if a.shape != slot_a.shape or b.reshape(b.shape[0], -1).shape != slot_b.shape:
+            raise ValueError(
+                f"{name}: peft LoRA A {tuple(a.shape)} / B {tuple(b.shape)} do not fit the expert "
+                f"{tuple(slot_a.shape)} / {tuple(slot_b.shape)} (same rank and layer needed)"
+            )
+        slot_a.copy_(a)
+        slot_b.copy_(b.reshape(slot_b.shape) * (peft_scaling / layer.scaling))
+        loaded += 1
+    return loaded
