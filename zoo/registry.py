@@ -169,6 +169,18 @@ _BACKTRACK_PROBE = _Family(
     paper=_BACKTRACK_PAPER,
     tags=("verifier", "probe"),
 )
+_TSM_PAPER = Paper(
+    "TimeStep Master: Asymmetrical Mixture of Timestep LoRA Experts for Versatile and Efficient Diffusion Models in "
+    "Vision",
+    arxiv="2503.07416",
+)
+_TSM = _Family(
+    module="zoo.models.tsm.TSMDiffusion",
+    datamodule="datamodules.domains.DomainShiftDataModule",
+    paper=_TSM_PAPER,
+    reproduce="zoo.models.tsm.reproduce.run",
+    tags=("diffusion", "lora", "domain-adaptation"),
+)
 _SNN_ECL = _Family(
     module="zoo.models.snn_ecl.ECLClassifier",
     datamodule="datamodules.images.ImageDataModule",
@@ -223,6 +235,15 @@ ENTRIES: tuple[Entry, ...] = (
         "topk-sae",
         "Baseline TopK SAE with a free, row-normalised dictionary (the archetypal SAE's comparison).",
         "baseline",
+    ),
+    _TSM.entry(
+        "tsm",
+        "Digits diffusion UNet adapted to inverted digits 5-9 by LoRA timestep experts at 3 scales with a learned router.",
+    ),
+    _TSM.entry(
+        "tsm-source",
+        "The source-domain diffusion UNet (digits 0-4) that the tsm entry adapts; mode pretrain.",
+        "base-model",
     ),
 )
 

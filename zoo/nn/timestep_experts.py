@@ -287,13 +287,14 @@ def inject_timestep_experts(
             layer.to(device=base.weight.device)
             setattr(parent, child, layer)
             wrapped[name] = layer
-    layers = list(wrapped.values())
 
     def hand_over_timestep(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         sample = args[0] if args else kwargs.get("sample", kwargs.get("hidden_states"))
         t = _timestep_from_call(args, kwargs, sample.shape[0]).to(sample.device)
-        for layer in layers:
-            layer.timesteps = t
+        # The layers are looked up on the module called, so a deep copy of the model (an EMA) routes its own.
+        for layer in module.modules():
+            if isinstance(layer, _TimestepExperts):
+                layer.timesteps = t
 
     model.register_forward_pre_hook(hand_over_timestep, with_kwargs=True)
     return wrapped

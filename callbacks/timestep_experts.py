@@ -1,0 +1,106 @@
+"""``TimestepExpertsSchedule``: TimeStep Master's two stages, fostering then assembling, in one ``zoo fit``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.utilities import rank_zero_info
+
+__all__ = ["TimestepExpertsSchedule"]
+
+Phase = tuple[str, int, tuple[int, int], int]  # (stage, scale, timestep range, steps)
+
+
+class TimestepExpertsSchedule(Callback):
+    """Run the LoRA timestep experts' schedule on a module with ``set_phase`` (``zoo.models.tsm.TSMDiffusion``).
+
+    Stage 1 (fostering): for each scale n_j, finest first, each of its n_j experts trains for
+    ``steps_per_scale // n_j`` steps on timesteps drawn inside its own interval [i·T/n_j, (i+1)·T/n_j), so every scale
+    gets the same budget and every timestep region the same number of steps. Stage 2 (assembling): the experts are
+    frozen and the router trains for ``router_steps`` steps on timesteps over [0, T). At each switch the optimiser is
+    rebuilt from the module's ``configure_optimizers`` (fresh AdamW state: an expert that stops training is not moved
+    on by momentum). Training stops when the schedule ends; the module is left assembled (with ``router_steps=0`` the
+    zero router makes that "core experts only", TSM-1stage). Logs ``tsm/phase`` (its index) and ``tsm/scale``.
+
+    Args:
+        steps_per_scale: optimiser steps per scale in stage 1.
+        router_steps: optimiser steps of stage 2 (0: no assembling).
+        scales: the module's scales to foster, by index (None: all).
+
+    Example:
+        >>> schedule = TimestepExpertsSchedule(steps_per_scale=8, router_steps=3)
+        >>> [(s, j, r, n) for s, j, r, n in schedule.phases((4, 2, 1), 1000)][:3]
+        [('foster', 0, (0, 250), 2), ('foster', 0, (250, 500), 2), ('foster', 0, (500, 750), 2)]
+        >>> schedule.total_steps((4, 2, 1), 1000)
+        27
+    """
+
+    def __init__(self, steps_per_scale: int = 800, router_steps: int = 300, scales: list[int] | None = None) -> None:
+        if steps_per_scale < 1 or router_steps < 0:
+            raise ValueError(f"steps_per_scale must be ≥ 1 and router_steps ≥ 0, got {steps_per_scale}, {router_steps}")
+        self.steps_per_scale, self.router_steps, self.scales = steps_per_scale, router_steps, scales
+        self._phases: list[Phase] = []
+        self._starts: list[int] = []
+        self._current = -1
+
+    def phases(self, scales: tuple[int, ...], num_timesteps: int) -> list[Phase]:
+        """The schedule: fostering phases per (scale, interval), then the assembling phase."""
+        out: list[Phase] = []
+        for j, n in enumerate(scales):
+            if self.scales is not None and j not in self.scales:
+                continue
+            if self.steps_per_scale < n:
+                raise ValueError(
+                    f"steps_per_scale={self.steps_per_scale} leaves no step for the {n} experts of scale {j}"
+                )
+            for i in range(n):
+                out.append(
+                    ("foster", j, (i * num_timesteps // n, (i + 1) * num_timesteps // n), self.steps_per_scale // n)
+                )
+        if self.router_steps and len(scales) > 1:
+            out.append(("assemble", 0, (0, num_timesteps), self.router_steps))
+        return out
+
+    def total_steps(self, scales: tuple[int, ...], num_timesteps: int) -> int:
+        return sum(steps for *_, steps in self.phases(scales, num_timesteps))
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        if not hasattr(pl_module, "set_phase") or getattr(pl_module.hparams, "mode", None) != "tsm":
+            raise TypeError(f"{type(self).__name__} needs a TSMDiffusion in mode='tsm', got {type(pl_module).__name__}")
+        hp = pl_module.hparams
+        self._phases = self.phases(tuple(hp.scales), hp.num_train_timesteps)
+        self._starts, total = [], 0
+        for *_, steps in self._phases:
+            self._starts.append(total)
+            total += steps
+        if 0 < trainer.max_steps < total and not trainer.fast_dev_run:
+            raise ValueError(f"trainer.max_steps={trainer.max_steps} is shorter than the TSM schedule ({total} steps)")
+        self._current = -1
+        self._enter(trainer, pl_module, 0, rebuild=False)  # before configure_optimizers: it sees phase 0's weights
+
+    def _enter(self, trainer: Trainer, pl_module: LightningModule, index: int, rebuild: bool = True) -> None:
+        stage, scale, t_range, steps = self._phases[index]
+        pl_module.set_phase(stage, scale, t_range)
+        self._current = index
+        if rebuild:
+            trainer.strategy.setup_optimizers(trainer)
+        rank_zero_info(
+            f"TSM phase {index + 1}/{len(self._phases)}: {stage} scale {scale}, t in {t_range}, {steps} steps"
+        )
+
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+        step = trainer.global_step
+        if step >= self._starts[-1] + self._phases[-1][3]:
+            trainer.should_stop = True
+            return
+        index = max(i for i, start in enumerate(self._starts) if start <= step)
+        if index != self._current:
+            self._enter(trainer, pl_module, index)
+        pl_module.log("tsm/phase", float(self._current), on_step=True, on_epoch=False)
+        pl_module.log("tsm/scale", float(self._phases[self._current][1]), on_step=True, on_epoch=False)
+
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        pl_module.set_phase("assemble")
