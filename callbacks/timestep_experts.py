@@ -72,6 +72,8 @@ class TimestepExpertsSchedule(Callback):
             raise TypeError(f"{type(self).__name__} needs a TSMDiffusion in mode='tsm', got {type(pl_module).__name__}")
         hp = pl_module.hparams
         self._phases = self.phases(tuple(hp.scales), hp.num_train_timesteps)
+        if not self._phases:
+            raise ValueError("the TSM schedule is empty: foster at least one scale or give router_steps > 0")
         self._starts, total = [], 0
         for *_, steps in self._phases:
             self._starts.append(total)
@@ -101,6 +103,13 @@ class TimestepExpertsSchedule(Callback):
             self._enter(trainer, pl_module, index)
         pl_module.log("tsm/phase", float(self._current), on_step=True, on_epoch=False)
         pl_module.log("tsm/scale", float(self._phases[self._current][1]), on_step=True, on_epoch=False)
+
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        # Stop right after the schedule's last step: a flag raised at the next batch's start lets that batch train.
+        if trainer.global_step >= self._starts[-1] + self._phases[-1][3]:
+            trainer.should_stop = True
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         pl_module.set_phase("assemble")

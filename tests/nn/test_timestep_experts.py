@@ -162,3 +162,64 @@ def test_a_peft_lora_adapter_loads_into_its_expert_slot() -> None:
         torch.testing.assert_close(unet(x, outside).sample, _unet()(x, outside).sample, rtol=0, atol=0)
     with pytest.raises(KeyError, match="no unique peft LoRA"):
         load_peft_expert(experts, {}, 0, 0)
+
+
+def test_a_dit_transformer_gets_experts_and_routes_per_sample() -> None:
+    """Check the component on a diffusers DiT (timestep passed as a keyword): exact at B = 0, per-sample routing."""
+    from diffusers import DiTTransformer2DModel
+
+    torch.manual_seed(0)
+    dit = DiTTransformer2DModel(
+        num_attention_heads=2,
+        attention_head_dim=8,
+        in_channels=1,
+        out_channels=1,
+        num_layers=1,
+        sample_size=8,
+        patch_size=2,
+        num_embeds_ada_norm=10,
+        norm_num_groups=1,
+    ).eval()
+    x, t, labels = torch.randn(3, 1, 8, 8), torch.tensor([5, 480, 900]), torch.tensor([1, 2, 3])
+    with torch.no_grad():
+        reference = dit(x, timestep=t, class_labels=labels).sample
+        experts = inject_timestep_experts(dit, ["to_q", "to_k", "to_v", "to_out.0"], scales=(4, 2, 1), rank=2)
+        assert torch.equal(dit(x, timestep=t, class_labels=labels).sample, reference)
+        _randomise_experts(experts)
+        for layer in experts.values():
+            layer.set_stage("assemble")
+            nn.init.normal_(layer.time_gate.weight, std=0.1)
+        batched = dit(x, timestep=t, class_labels=labels).sample
+        alone = torch.cat(
+            [dit(x[i : i + 1], timestep=t[i : i + 1], class_labels=labels[i : i + 1]).sample for i in range(3)]
+        )
+    assert not torch.allclose(batched, reference)
+    torch.testing.assert_close(batched, alone, rtol=1e-4, atol=1e-5)
+
+
+def test_a_text_conditioned_unet_gets_experts_on_its_cross_attention() -> None:
+    """Check the component on a diffusers UNet2DConditionModel: exact at B = 0, experts act once B is non-zero."""
+    from diffusers import UNet2DConditionModel
+
+    torch.manual_seed(0)
+    unet = UNet2DConditionModel(
+        sample_size=8,
+        in_channels=1,
+        out_channels=1,
+        layers_per_block=1,
+        block_out_channels=(16, 32),
+        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
+        up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
+        cross_attention_dim=12,
+        attention_head_dim=4,
+        norm_num_groups=8,
+    ).eval()
+    x, t, text = torch.randn(2, 1, 8, 8), torch.tensor([30, 970]), torch.randn(2, 5, 12)
+    with torch.no_grad():
+        reference = unet(x, t, encoder_hidden_states=text).sample
+        experts = inject_timestep_experts(unet, ["attn2.to_k", "attn2.to_v"], scales=(2, 1), rank=2)
+        assert torch.equal(unet(x, t, encoder_hidden_states=text).sample, reference)
+        _randomise_experts(experts)
+        for layer in experts.values():
+            layer.set_stage("foster", 0)
+        assert not torch.allclose(unet(x, t, encoder_hidden_states=text).sample, reference)

@@ -10,7 +10,7 @@ from diffusers import DDIMScheduler, DDPMScheduler, UNet2DModel
 from torch import Tensor, nn
 
 from zoo.module import ZooModule
-from zoo.nn.timestep_experts import inject_timestep_experts
+from zoo.nn.timestep_experts import _TimestepExperts, inject_timestep_experts
 
 __all__ = ["TSMDiffusion", "eval_grid"]
 
@@ -118,6 +118,7 @@ class TSMDiffusion(ZooModule):
             config = LoraConfig(r=rank, lora_alpha=alpha or rank, target_modules=list(target_modules))
             self.unet = inject_adapter_in_model(config, self.unet)  # UNet2DModel has no add_adapter of its own
         elif mode == "tsm":
+            self.unet.requires_grad_(False)  # the experts wrap only the targets: freeze the rest of the UNet too
             self.experts = inject_timestep_experts(
                 self.unet, target_modules, scales, rank, alpha, num_train_timesteps, gate_activation
             )
@@ -127,9 +128,12 @@ class TSMDiffusion(ZooModule):
 
             self.ema = AveragedModel(self.unet, multi_avg_fn=get_ema_multi_avg_fn(ema_decay), use_buffers=True)
         self.t_range = (0, num_train_timesteps)
-        self.phase = "train" if mode != "tsm" else "foster"
+        self.phase = "train" if mode != "tsm" else "assemble"
         if mode == "tsm":
-            self.set_phase("foster", scale=len(self.hparams.scales) - 1)
+            # Assembled, as a trained entry is used and evaluated (the phase is not part of the weights). Training
+            # chooses its phases through `set_phase`, normally from `callbacks.TimestepExpertsSchedule`.
+            self.set_phase("assemble")
+            self._phase_chosen = False
 
     def load_base_weights(self, state: dict[str, Tensor]) -> None:
         """Load a plain ``UNet2DModel`` state dict into the (possibly adapted) UNet: a base weight ``a.b.weight`` may
@@ -145,6 +149,8 @@ class TSMDiffusion(ZooModule):
             else:
                 raise KeyError(f"base weight {key!r} has no place in this {self.hparams.mode!r} UNet")
         self.unet.load_state_dict(mapped, strict=False)
+        if self.ema is not None:  # the copy that evaluation uses before the first EMA update
+            self.ema.module.load_state_dict(mapped, strict=False)
 
     # ------------------------------------------------------------------------------------------------ phases
     def set_phase(self, phase: Literal["foster", "assemble"], scale: int = 0, t_range: tuple[int, int] | None = None):
@@ -157,6 +163,7 @@ class TSMDiffusion(ZooModule):
         if not 0 <= lo < hi <= T:
             raise ValueError(f"t_range must satisfy 0 <= lo < hi <= {T}, got {(lo, hi)}")
         self.phase, self.t_range = phase, (lo, hi)
+        self._phase_chosen = True
         for layer in self.experts.values():
             layer.set_stage(phase, scale)
             for j, (a, b) in enumerate(zip(layer.lora_A, layer.lora_B)):
@@ -164,6 +171,10 @@ class TSMDiffusion(ZooModule):
                 b.requires_grad_(phase == "foster" and j == scale)
             for p in layer.router_parameters():
                 p.requires_grad_(phase == "assemble")
+        if self.ema is not None:  # the EMA copy's expert layers are other modules: they must switch too
+            for layer in self.ema.module.modules():
+                if isinstance(layer, _TimestepExperts):
+                    layer.set_stage(phase, scale)
 
     # ------------------------------------------------------------------------------------------------ maths
     @property
@@ -219,6 +230,13 @@ class TSMDiffusion(ZooModule):
         loss = self.loss(x0, t, torch.randn_like(x0)).mean()
         self.log("train/loss", loss, prog_bar=True)
         return loss
+
+    def on_fit_start(self) -> None:
+        if self.hparams.mode == "tsm" and not self._phase_chosen:
+            raise RuntimeError(
+                "mode='tsm' trains in phases: add callbacks.TimestepExpertsSchedule to the Trainer (conf/tsm.yaml "
+                "does), or call model.set_phase(...) first. Assembled from scratch, the zero router would learn nothing."
+            )
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.ema is not None:
