@@ -71,7 +71,7 @@ def test_zero_init_gives_exactly_the_base_model_in_every_stage() -> None:
 
 
 def test_zero_router_gives_exactly_the_core_experts() -> None:
-    """Check that assembling with the zero-initialised router equals fostering the finest scale (core only)."""
+    """Check that assembling with the zero-initialised router gives the finest scale's experts alone (core only)."""
     unet = _unet()
     experts = inject_timestep_experts(unet, TARGETS, scales=(4, 2, 1), rank=4)
     _randomise_experts(experts)
@@ -86,7 +86,9 @@ def test_zero_router_gives_exactly_the_core_experts() -> None:
         for layer in experts.values():
             layer.set_stage("base")
         base = unet(x, t).sample
-    assert torch.equal(assembled, core)
+    # Equal up to float summation order: assembling runs the core and the (zero-gated) context experts through one
+    # fused projection and one B product.
+    torch.testing.assert_close(assembled, core, rtol=0, atol=1e-6)
     assert not torch.allclose(core, base)  # the experts do act
 
 

@@ -129,7 +129,14 @@ class _TimestepExperts(nn.Module):
             g = g.softmax(-1)
         return g.movedim(-1, channel_dim)
 
-    def _delta(self, x: Tensor, scale: int, index: Tensor) -> Tensor:  # pragma: no cover - overridden
+    channel_dim = -1
+
+    def _project(self, x: Tensor, scales: list[int], indices: list[Tensor]) -> list[Tensor]:  # pragma: no cover
+        """A_j x through each sample's expert, for every scale in ``scales``: rank-r features per scale."""
+        raise NotImplementedError
+
+    def _expand(self, h: Tensor, b: Tensor) -> Tensor:  # pragma: no cover
+        """B h, with ``b`` the samples' gathered B matrices ``(B, d, r')``."""
         raise NotImplementedError
 
     def forward(self, x: Tensor) -> Tensor:
@@ -137,17 +144,17 @@ class _TimestepExperts(nn.Module):
         if self.stage == "base":
             return out
         t = self._batch_timesteps(x.shape[0])
-        channel_dim = -1 if isinstance(self, TimestepExpertsLinear) else 1
-        if self.stage == "foster":
-            j = self.active_scale
-            return out + self.scaling * self._delta(x, j, expert_index(t, self.scales[j], self.num_timesteps))
-        delta = self._delta(x, 0, expert_index(t, self.scales[0], self.num_timesteps))
-        if len(self.scales) > 1:
-            g = self.gates(x, t, channel_dim)
-            for j in range(1, len(self.scales)):
-                gate = g.narrow(channel_dim, j - 1, 1)
-                delta = delta + gate * self._delta(x, j, expert_index(t, self.scales[j], self.num_timesteps))
-        return out + self.scaling * delta
+        scales = [self.active_scale] if self.stage == "foster" else list(range(len(self.scales)))
+        indices = [expert_index(t, self.scales[j], self.num_timesteps) for j in scales]
+        hs = self._project(x, scales, indices)
+        if self.stage == "assemble" and len(scales) > 1:
+            # G ⊙ (B h) = B (G ⊙ h) for a gate per token / pixel: gate the rank-r features, then one B product for
+            # the core and every context expert together.
+            g = self.gates(x, t, self.channel_dim)
+            hs = [hs[0], *(h * g.narrow(self.channel_dim, j - 1, 1) for j, h in enumerate(hs[1:], start=1))]
+        h = torch.cat(hs, dim=self.channel_dim)
+        b = torch.cat([self.lora_B[j][i] for j, i in zip(scales, indices)], dim=-1).to(x.dtype)  # (B, d, Σ r)
+        return out + self.scaling * self._expand(h, b)
 
     def expert_parameters(self) -> list[nn.Parameter]:
         return [p for name, p in self.named_parameters() if name.startswith(("lora_A", "lora_B"))]
@@ -184,11 +191,15 @@ class TimestepExpertsLinear(_TimestepExperts):
             for i in range(len(a)):  # peft's LoRA A init, per expert
                 nn.init.kaiming_uniform_(a.data[i], a=math.sqrt(5))
 
-    def _delta(self, x: Tensor, scale: int, index: Tensor) -> Tensor:
-        a, b = self.lora_A[scale][index], self.lora_B[scale][index]  # (B, r, k), (B, d, r)
+    def _project(self, x: Tensor, scales: list[int], indices: list[Tensor]) -> list[Tensor]:
+        a = torch.cat([self.lora_A[j][i] for j, i in zip(scales, indices)], dim=1).to(x.dtype)  # (B, Σ r, k)
         flat = x.reshape(x.shape[0], -1, x.shape[-1])
-        h = torch.einsum("blk,brk->blr", flat, a.to(x.dtype))
-        return torch.einsum("blr,bdr->bld", h, b.to(x.dtype)).reshape(*x.shape[:-1], b.shape[1])
+        h = torch.einsum("blk,brk->blr", flat, a).reshape(*x.shape[:-1], a.shape[1])
+        return list(h.split(self.rank, dim=-1))
+
+    def _expand(self, h: Tensor, b: Tensor) -> Tensor:
+        flat = h.reshape(h.shape[0], -1, h.shape[-1])
+        return torch.einsum("blr,bdr->bld", flat, b).reshape(*h.shape[:-1], b.shape[1])
 
 
 class TimestepExpertsConv2d(_TimestepExperts):
@@ -224,15 +235,23 @@ class TimestepExpertsConv2d(_TimestepExperts):
             for i in range(len(a)):
                 nn.init.kaiming_uniform_(a.data[i], a=math.sqrt(5))
 
-    def _delta(self, x: Tensor, scale: int, index: Tensor) -> Tensor:
-        a = self.lora_A[scale]
-        n, r = a.shape[:2]
+    channel_dim = 1
+
+    def _project(self, x: Tensor, scales: list[int], indices: list[Tensor]) -> list[Tensor]:
+        # Every expert of the scales asked for runs in one convolution; each sample keeps its own experts' channels.
+        a = torch.cat([self.lora_A[j].flatten(0, 1) for j in scales]).to(x.dtype)  # (Σ n_j r, k, kh, kw)
         base = self.base
-        h = nn.functional.conv2d(
-            x, a.reshape(n * r, *a.shape[2:]).to(x.dtype), None, base.stride, base.padding, base.dilation
-        )
-        h = h.view(x.shape[0], n, r, *h.shape[2:])[torch.arange(x.shape[0], device=x.device), index]  # (B, r, H, W)
-        return torch.einsum("brhw,bdr->bdhw", h, self.lora_B[scale][index].to(x.dtype))
+        h = nn.functional.conv2d(x, a, None, base.stride, base.padding, base.dilation)
+        rows, out, start = torch.arange(x.shape[0], device=x.device), [], 0
+        for j, index in zip(scales, indices):
+            n = self.scales[j]
+            block = h[:, start : start + n * self.rank].view(x.shape[0], n, self.rank, *h.shape[2:])
+            out.append(block[rows, index])  # (B, r, H, W)
+            start += n * self.rank
+        return out
+
+    def _expand(self, h: Tensor, b: Tensor) -> Tensor:
+        return torch.einsum("brhw,bdr->bdhw", h, b)
 
 
 def _timestep_from_call(args: tuple[Any, ...], kwargs: dict[str, Any], batch: int) -> Tensor:
