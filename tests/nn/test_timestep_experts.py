@@ -225,3 +225,11 @@ def test_a_text_conditioned_unet_gets_experts_on_its_cross_attention() -> None:
         for layer in experts.values():
             layer.set_stage("foster", 0)
         assert not torch.allclose(unet(x, t, encoder_hidden_states=text).sample, reference)
+
+
+def test_a_denoiser_call_with_a_timestep_outside_the_range_is_refused() -> None:
+    """Check that the pre-hook checks the call's timesteps once (the layers route without reading them back)."""
+    unet = _unet()
+    inject_timestep_experts(unet, ["to_q"], scales=(2, 1), rank=2)
+    with pytest.raises(ValueError, match=r"\[0, 1000\)"):
+        unet(torch.randn(2, 1, 8, 8), torch.tensor([3, 1000]))

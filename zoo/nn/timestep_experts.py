@@ -42,17 +42,18 @@ Stage = Literal["base", "foster", "assemble"]
 GateActivation = Literal["none", "sigmoid", "softmax"]
 
 
-def expert_index(t: Tensor, n: int, num_timesteps: int = 1000) -> Tensor:
+def expert_index(t: Tensor, n: int, num_timesteps: int = 1000, check: bool = True) -> Tensor:
     """The 0-indexed interval ``floor(t · n / T)`` of each timestep in ``t`` (floats are floored first).
 
-    Raises ``ValueError`` for a timestep outside [0, T).
+    Raises ``ValueError`` for a timestep outside [0, T) (``check=False`` skips the test, which reads the tensor back
+    to the host: the layers route with it off, after the model's pre-hook checked the call's timesteps once).
 
     Example:
         >>> expert_index(torch.tensor([0, 249, 250, 999]), 4).tolist()
         [0, 0, 1, 3]
     """
     t = t.floor().long() if t.is_floating_point() else t.long()
-    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= num_timesteps):
+    if check and t.numel() and (int(t.min()) < 0 or int(t.max()) >= num_timesteps):
         raise ValueError(f"timesteps must lie in [0, {num_timesteps}), got {int(t.min())}…{int(t.max())}")
     return t * n // num_timesteps
 
@@ -95,6 +96,7 @@ class _TimestepExperts(nn.Module):
             nn.init.zeros_(self.router.bias)
             nn.init.zeros_(self.time_gate.weight)
         self.stage: Stage = "foster"
+        self._check_timesteps = True
         self.active_scale = 0
         self.timesteps: Tensor | None = None
 
@@ -145,7 +147,8 @@ class _TimestepExperts(nn.Module):
             return out
         t = self._batch_timesteps(x.shape[0])
         scales = [self.active_scale] if self.stage == "foster" else list(range(len(self.scales)))
-        indices = [expert_index(t, self.scales[j], self.num_timesteps) for j in scales]
+        indices = [expert_index(t, self.scales[j], self.num_timesteps, check=self._check_timesteps) for j in scales]
+        self._check_timesteps = True  # the pre-hook clears it for the call it has checked
         hs = self._project(x, scales, indices)
         if self.stage == "assemble" and len(scales) > 1:
             # G ⊙ (B h) = B (G ⊙ h) for a gate per token / pixel: gate the rank-r features, then one B product for
@@ -310,10 +313,11 @@ def inject_timestep_experts(
     def hand_over_timestep(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         sample = args[0] if args else kwargs.get("sample", kwargs.get("hidden_states"))
         t = _timestep_from_call(args, kwargs, sample.shape[0]).to(sample.device)
+        expert_index(t, 1, num_timesteps)  # one range check (one host read) per call instead of one per layer
         # The layers are looked up on the module called, so a deep copy of the model (an EMA) routes its own.
         for layer in module.modules():
             if isinstance(layer, _TimestepExperts):
-                layer.timesteps = t
+                layer.timesteps, layer._check_timesteps = t, False
 
     model.register_forward_pre_hook(hand_over_timestep, with_kwargs=True)
     return wrapped
