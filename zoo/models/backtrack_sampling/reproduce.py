@@ -15,7 +15,6 @@ queries per correct sample, diversity (distinct correct completions / samples pe
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +27,7 @@ from zoo.models.backtrack_sampling.lm import CachedLM
 from zoo.models.backtrack_sampling.module import DyckLM
 from zoo.models.backtrack_sampling.probe import VerifierProbe
 from zoo.models.backtrack_sampling.samplers import Generation, block_best_of_n, generate, rejection_sample
+from zoo.reporting import print_claims, write_results
 
 __all__ = ["run", "score", "train_lm", "train_probe"]
 
@@ -162,10 +162,7 @@ def run(quick: bool = False, out: Path | str | None = None) -> dict[str, Any]:
         r.update(_claims(r))
         _print(r, quick)
         if out is not None:
-            folder = Path(out)
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / "backtrack-sampling.json").write_text(json.dumps(r, indent=2))
-            _plot(r, folder / "backtrack-sampling.png")
+            write_results(r, out, "backtrack-sampling", _plot)
         return r
     finally:
         torch.set_num_threads(threads)
@@ -215,8 +212,7 @@ def _print(r: dict[str, Any], quick: bool) -> None:
         f"({r['probe/train_pairs']:.0f} training pairs, {r['probe/train_error_share']:.0%} errors); LM trained in "
         f"{r['seconds_train_lm']:.0f} s; total {r['seconds']:.0f} s"
     )
-    for name, ok in ((k, v) for k, v in r.items() if k.startswith("claims/")):
-        console.print(f"{'PASS' if ok else 'FAIL'}  {name[7:]}")
+    print_claims(console, r)
 
 
 def _plot(r: dict[str, Any], path: Path) -> None:

@@ -14,7 +14,6 @@ Test ACC (Hungarian-matched), NMI and ARI, and the share of clusters holding ≥
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from torchmetrics.functional.clustering import adjusted_rand_score, cluster_accu
 
 from datamodules.features import FeatureClusteringDataModule
 from zoo.models.cludi.module import CLUDIModule
+from zoo.reporting import print_claims, write_results
 
 __all__ = ["run"]
 
@@ -101,10 +101,7 @@ def run(quick: bool = False, out: Path | str | None = None) -> dict[str, Any]:
     r.update(_claims(r, seeds))
     _print(r)
     if out is not None:
-        folder = Path(out)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "cludi.json").write_text(json.dumps(r, indent=2))
-        _plot(r, folder / "cludi.png")
+        write_results(r, out, "cludi", _plot)
     return r
 
 
@@ -144,8 +141,7 @@ def _print(r: dict[str, Any]) -> None:
         f"{r['cludi/seconds_per_epoch']:.2f} s/epoch (no diffusion {r['no_diffusion/seconds_per_epoch']:.2f}); "
         f"total {r['seconds']:.0f} s"
     )
-    for name, ok in ((k, v) for k, v in r.items() if k.startswith("claims/")):
-        console.print(f"{'PASS' if ok else 'FAIL'}  {name[7:]}")
+    print_claims(console, r)
 
 
 def _plot(r: dict[str, Any], path: Path) -> None:

@@ -26,6 +26,7 @@ from torch import Tensor
 
 from zoo.metrics.win_rate import bootstrap_mse, subset_estimates
 from zoo.models.cv_winrate.scorer import MLPScorer, bradley_terry_loss
+from zoo.reporting import print_claims
 
 __all__ = ["run", "simulate_feedback", "fit_scorer"]
 
@@ -230,8 +231,7 @@ def _print(r: dict[str, float]) -> None:
             f"{r[f'{p}/cv_mse_n{last}']:.2e}",
         )
     console.print(table)
-    for name, ok in ((k, v) for k, v in r.items() if k.startswith("claims/")):
-        console.print(f"{'PASS' if ok else 'FAIL'}  {name[7:]}")
+    print_claims(console, r)
 
 
 def _plot(curves: dict[str, Any], r: dict[str, float], path: Path) -> None:

@@ -14,7 +14,6 @@ The DUAL card's §6 experiment on scikit-learn's digits (1297 train / 500 test, 
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -34,6 +33,7 @@ from zoo.models.dual.scores import (
     random_select,
     topk_select,
 )
+from zoo.reporting import print_claims, write_results
 
 __all__ = ["run", "record_dynamics", "train_subset"]
 
@@ -137,10 +137,7 @@ def run(quick: bool = False, out: Path | str | None = None) -> dict[str, float]:
         r.update(_claims(r))
         _print(r)
         if out is not None:
-            folder = Path(out)
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / "dual.json").write_text(json.dumps(r, indent=2))
-            _plot(r, folder / "dual.png")
+            write_results(r, out, "dual", _plot)
         return r
     finally:
         torch.set_num_threads(threads)
@@ -187,8 +184,7 @@ def _print(r: dict[str, float]) -> None:
         f"{r['clean/epochs_recorded_dyn_unc']} epochs ({r['clean/seconds_score_dyn_unc']:.1f} s); total "
         f"{r['seconds']:.0f} s"
     )
-    for name, ok in ((k, v) for k, v in r.items() if k.startswith("claims/")):
-        console.print(f"{'PASS' if ok else 'FAIL'}  {name[7:]}")
+    print_claims(console, r)
 
 
 def _plot(r: dict[str, float], path: Path) -> None:

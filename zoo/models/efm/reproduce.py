@@ -37,6 +37,7 @@ from zoo.models.efm.flow_matching import flow_matching_loss, flow_matching_trans
 from zoo.models.efm.module import EFM
 from zoo.models.efm.networks import MLPFieldNet
 from zoo.models.efm.ode import Transport, transport
+from zoo.reporting import print_claims
 
 __all__ = ["run", "train_efm", "train_flow_matching", "oracle_transport"]
 
@@ -267,8 +268,7 @@ def _print(r: dict[str, float]) -> None:
         f"training: EFM {r['efm_steps_per_s']:.0f} steps/s, Flow Matching {r['fm_steps_per_s']:.0f} steps/s; "
         f"total {r['seconds']:.0f} s"
     )
-    for name, ok in ((k, v) for k, v in r.items() if k.startswith("claims/")):
-        console.print(f"{'PASS' if ok else 'FAIL'}  {name[7:]}")
+    print_claims(console, r)
 
 
 def _plot(samples: dict[str, Tensor], q: Tensor, lines: Tensor, r: dict[str, float], path: Path) -> None:

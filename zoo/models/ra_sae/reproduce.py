@@ -28,6 +28,7 @@ from torch import Tensor
 from zoo.metrics.dictionary_stability import dictionary_stability, stability_floor_gaussian, stability_floor_points
 from zoo.models.ra_sae.sae import SparseAutoencoder, sae_loss
 from zoo.nn.kmeans import kmeans_centroids
+from zoo.reporting import print_claims
 
 __all__ = ["run", "train_arm", "ARMS"]
 
@@ -203,8 +204,7 @@ def _print_table(r: dict[str, float], kstars: tuple[int, ...], arms: tuple[str, 
             )
     console = Console(width=200)
     console.print(table)
-    for name, ok in ((k, v) for k, v in r.items() if k.startswith("claims/")):
-        console.print(f"{'PASS' if ok else 'FAIL'}  {name[7:]}")
+    print_claims(console, r)
     if "topk-kmeans" in arms:
         key = "raw/k256"
         console.print(

@@ -24,6 +24,7 @@ from torchmetrics.functional.classification import binary_average_precision
 
 from zoo.models.sead.detectors import default_pool
 from zoo.models.sead.ensemble import SEADEnsemble
+from zoo.reporting import print_claims
 
 __all__ = ["run"]
 
@@ -158,8 +159,7 @@ def _print(r: dict[str, float], seeds: tuple[int, ...]) -> None:
             else ""
         )
     )
-    for name, ok in ((k, v) for k, v in r.items() if k.startswith("claims/")):
-        console.print(f"{'PASS' if ok else 'FAIL'}  {name[7:]}")
+    print_claims(console, r)
 
 
 def _plot(trace: Tensor | None, r: dict[str, float], path: Path) -> None:

@@ -15,7 +15,6 @@ The ECL card's §6 experiment on scikit-learn's digits (1297 train / 500 test, s
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from torch import Tensor, nn
 
 from datamodules.images import ImageDataModule
 from zoo.models.snn_ecl.module import ECLClassifier
+from zoo.reporting import print_claims, write_results
 
 __all__ = ["ARMS", "STEPS", "fit_ann", "run", "snn_accuracy"]
 
@@ -121,10 +121,7 @@ def run(quick: bool = False, out: Path | str | None = None) -> dict[str, Any]:
         r.update(_claims(r))
         _print(r)
         if out is not None:
-            folder = Path(out)
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / "snn-ecl.json").write_text(json.dumps(r, indent=2))
-            _plot(r, folder / "snn-ecl.png")
+            write_results(r, out, "snn-ecl", _plot)
         return r
     finally:
         torch.set_num_threads(threads)
@@ -161,8 +158,7 @@ def _print(r: dict[str, Any]) -> None:
         f"pure clip {r['clip/T2'] - r['clip-single/T2']:+.1f} / {r['clip/T4'] - r['clip-single/T4']:+.1f} points; "
         f"learned λ (mean over seeds): {', '.join(f'{v:.2f}' for k, v in r.items() if k.startswith('lambda/') and k.count('/') == 1)}; total {r['seconds']:.0f} s"
     )
-    for name, ok in ((k, v) for k, v in r.items() if k.startswith("claims/")):
-        console.print(f"{'PASS' if ok else 'FAIL'}  {name[7:]}")
+    print_claims(console, r)
 
 
 def _plot(r: dict[str, Any], path: Path) -> None:

@@ -17,7 +17,6 @@ noise for every arm; per bucket of 250 timesteps too; and the mean |gate| of the
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ import torch
 
 from datamodules.domains import DomainShiftDataModule
 from zoo.models.tsm.module import TSMDiffusion
+from zoo.reporting import print_claims, write_results
 
 __all__ = ["run"]
 
@@ -161,10 +161,7 @@ def run(quick: bool = False, out: Path | str | None = None) -> dict[str, Any]:
         r.update(_claims(r))
         _print(r)
         if out is not None:
-            folder = Path(out)
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / "tsm.json").write_text(json.dumps(r, indent=2))
-            _plot(r, folder / "tsm.png")
+            write_results(r, out, "tsm", _plot)
         return r
     finally:
         torch.set_num_threads(threads)
@@ -223,8 +220,7 @@ def _print(r: dict[str, Any]) -> None:
         f"assembling {r['tsm_2stage/mean_abs_gate']:.4f}; reported, not asserted: TSM-2stage / LoRA-r4 "
         f"{r['tsm_2stage_over_lora_r4']:.3f}, / LoRA-r28 {r['tsm_2stage_over_lora_r28']:.3f}; total {r['seconds']:.0f} s"
     )
-    for name, ok in ((k, v) for k, v in r.items() if k.startswith("claims/")):
-        console.print(f"{'PASS' if ok else 'FAIL'}  {name[7:]}")
+    print_claims(console, r)
 
 
 def _plot(r: dict[str, Any], path: Path) -> None:
