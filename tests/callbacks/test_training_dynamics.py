@@ -99,6 +99,10 @@ trainer = Trainer(max_epochs=200, strategy="ddp", devices=2, accelerator="cpu", 
                   enable_progress_bar=False, enable_checkpointing=False, enable_model_summary=False,
                   limit_val_batches=0, num_sanity_val_steps=0)
 trainer.fit(DualClassifier(), PrunableImageDataModule(batch_size=64))
+# Tear the gloo group down before the interpreter exits: left to interpreter shutdown it can abort the process
+# ("terminate called without an active exception") after the work is done.
+if torch.distributed.is_initialized():
+    torch.distributed.destroy_process_group()
 """
 
 
