@@ -2,7 +2,8 @@
 
 For each entry: it builds and runs on a batch of its own data, saves and reloads to equal outputs, its conf fits a
 few steps through the CLI, its hub entry loads offline and re-measures the card's test metrics, its notebook
-executes, and its ``reproduce --quick`` runs with every claim it checks holding.
+executes, and its ``reproduce --quick`` runs with every claim holding for the method and failing for
+each of its stand-in arms.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 
 import zoo
 from zoo import hub
+from zoo.claims import verdicts
 from zoo.registry import get_entry, import_object
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -141,12 +143,15 @@ def test_notebook_executes(notebook: str) -> None:
 
 @pytest.mark.parametrize("function", REPRODUCTIONS)
 def test_reproduce_quick_runs_and_its_claims_hold(function: str, tmp_path: Path) -> None:
-    """Check that ``zoo reproduce --quick`` runs, writes its JSON and plot, and every claim it checks holds."""
+    """Check that ``zoo reproduce --quick`` runs and writes its JSON and plot, and, from that one run, that every
+    claim holds for the method and fails for each of its stand-in arms, and every sanity check passes."""
     results = import_object(function)(quick=True, out=tmp_path)
     written = list(tmp_path.glob("*.json"))
     assert written and list(tmp_path.glob("*.png"))
     assert json.loads(written[0].read_text()) == pytest.approx(results, nan_ok=True)
-    claims = {k: v for k, v in results.items() if k.startswith("claims/")}
-    assert claims, "a reproduction must check at least one claim"
-    failed = [k for k, v in claims.items() if v != 1.0]
-    assert not failed, f"claims that did not hold: {failed}"
+    assert any(k.startswith(("claims/", "reported/")) for k in results), "a reproduction must state a claim"
+    failed = verdicts(results)
+    assert not failed["no_stand_in"], f"claims without a stand-in arm: {failed['no_stand_in']}"
+    assert not failed["stand_ins_passed"], f"stand-ins that pass a claim (the claim shows nothing): {failed}"
+    assert not failed["claims"], f"claims that did not hold for the method: {failed['claims']}"
+    assert not failed["checks"], f"sanity checks that failed: {failed['checks']}"
