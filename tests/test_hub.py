@@ -281,3 +281,64 @@ def test_loaded_sae_rejects_activations_of_the_wrong_width() -> None:
     model = zoo.load("ra-sae")
     with pytest.raises(ValueError, match=r"activations of shape \(N, 32\), got \(4, 64\)\. Set model\.dim"):
         model(torch.randn(4, 64))
+
+
+def _entry_naming(tmp_path: Path, module: str, **extra: object) -> Path:
+    """A copy of the bundled ra-sae entry whose config.json names ``module`` (and has ``extra`` keys)."""
+    folder = _copy_entry("ra-sae", tmp_path / "hub")
+    path = folder / "config.json"
+    config = json.loads(path.read_text())
+    config["zoo"]["module"] = module
+    config.update(extra)
+    path.write_text(json.dumps(config))
+    return folder
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "os.system",  # a callable that would run a shell command
+        "zoo_probe_entry.Payload",  # a class of some other importable module (the probe below)
+        "zoo.module.ImageClassifier",  # a ZooModule subclass that no entry registers
+        "builtins.eval",
+    ],
+)
+def test_load_refuses_a_config_naming_an_unregistered_class_before_importing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str
+) -> None:
+    """Check that a folder whose config names any class but a registered entry's is refused, and nothing imported."""
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    (probe / "zoo_probe_entry.py").write_text(
+        "import os\nos.environ['ZOO_PROBE_IMPORTED'] = '1'\n\nclass Payload:\n"
+        "    @classmethod\n    def from_pretrained(cls, *a, **k):\n        os.environ['ZOO_PROBE_CALLED'] = '1'\n"
+    )
+    monkeypatch.syspath_prepend(str(probe))
+    monkeypatch.delenv("ZOO_PROBE_IMPORTED", raising=False)
+    folder = _entry_naming(tmp_path, module)
+    with pytest.raises(zoo.hub.UntrustedEntryError, match="no zoo entry registers") as err:
+        zoo.load(folder)
+    assert "zoo.models.ra_sae.RASAE" in str(err.value)  # the message lists what can be loaded
+    assert "zoo_probe_entry" not in sys.modules and "ZOO_PROBE_IMPORTED" not in os.environ
+
+
+def test_load_refuses_a_named_entry_whose_config_names_another_registered_class(tmp_path: Path) -> None:
+    """Check that entry 'ra-sae' found in a hub folder must hold an RASAE, not another entry's class."""
+    _entry_naming(tmp_path, "zoo.models.sead.SEAD")
+    with pytest.raises(zoo.hub.UntrustedEntryError, match="entry 'ra-sae' is a zoo.models.ra_sae.RASAE"):
+        zoo.load("ra-sae", hub=str(tmp_path / "hub"))
+
+
+def test_load_accepts_the_defining_file_path_of_a_registered_class(tmp_path: Path) -> None:
+    """Check that 'zoo.models.ra_sae.module.RASAE' (the class's own module) still loads the registered RASAE."""
+    assert isinstance(zoo.load(_entry_naming(tmp_path, "zoo.models.ra_sae.module.RASAE")), RASAE)
+    assert zoo.hub.class_path(RASAE) == "zoo.models.ra_sae.RASAE"
+
+
+def test_load_refuses_config_keys_that_are_not_init_arguments(tmp_path: Path) -> None:
+    """Check that an unknown config key is refused with a close match, not silently dropped by huggingface_hub."""
+    folder = _entry_naming(tmp_path, "zoo.models.ra_sae.RASAE", num_atom=3, payload="x")
+    with pytest.raises(zoo.hub.UntrustedEntryError, match=r"'num_atom' \(did you mean 'num_atoms'\?\), 'payload'"):
+        zoo.load(folder)
+    with pytest.raises(zoo.hub.UntrustedEntryError, match="not init arguments of RASAE"):
+        RASAE.from_pretrained(str(folder))  # the class's own from_pretrained checks too

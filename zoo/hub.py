@@ -11,6 +11,11 @@ and ``README.md`` (the model card). Entries are looked up in this order:
 ``hub=`` and ``ZOO_HUB`` hold local folders or ``hf:ORG`` Hugging Face namespaces (repo ``ORG/<name>``),
 separated by ``os.pathsep``. ``HF_HUB_OFFLINE=1`` is honoured by huggingface_hub: only its cache is read.
 Weights are safetensors only and are verified against their checksums before they are read.
+
+An entry is data, never code: the class built is always a registered entry's class (``zoo.registry``), chosen
+before anything is imported; ``config.json`` only supplies init arguments, which must all be arguments of that
+class. A folder whose config names any other class (``os.system``, a class of another installed package, a
+``ZooModule`` subclass that no entry registers) is refused before any import.
 """
 
 from __future__ import annotations
@@ -24,13 +29,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from zoo.registry import conf_path, get_entry, import_object
+from zoo.registry import ENTRIES, conf_path, get_entry, import_object
 
 if TYPE_CHECKING:  # pragma: no cover
     from lightning import LightningDataModule, LightningModule
 
 __all__ = [
     "ChecksumError",
+    "UntrustedEntryError",
     "BUNDLED",
     "WEIGHTS",
     "locations",
@@ -40,6 +46,9 @@ __all__ = [
     "verify_checksums",
     "load_weights",
     "load",
+    "entry_class",
+    "check_init_args",
+    "class_path",
     "create",
     "datamodule",
     "card",
@@ -58,6 +67,10 @@ _HF_FILES = [CONFIG, WEIGHTS, CARD]
 
 class ChecksumError(ValueError):
     """A weight file does not match the sha256 recorded in its entry's ``config.json``."""
+
+
+class UntrustedEntryError(ValueError):
+    """An entry's ``config.json`` asks for a class the zoo does not register, or for arguments it does not take."""
 
 
 def locations(hub: str | os.PathLike | None = None) -> list[str]:
@@ -208,15 +221,91 @@ def load_weights(
         ) from None
 
 
+def _registered(path: str) -> str | None:
+    """The registered class path that ``path`` names: itself, or its defining file's form.
+
+    ``zoo.models.ra_sae.module.RASAE`` names the registered ``zoo.models.ra_sae.RASAE``: same class name, and the
+    registered package is the start of the module path. Decided on strings alone, so nothing is imported.
+    """
+    for registered in sorted({e.module for e in ENTRIES}):
+        package, _, cls_name = registered.rpartition(".")
+        module, _, name = path.rpartition(".")
+        if path == registered or (name == cls_name and module.startswith(f"{package}.")):
+            return registered
+    return None
+
+
+def class_path(cls: type) -> str:
+    """The path recorded in an entry for ``cls``: the registered one where a registered entry builds ``cls``."""
+    own = f"{cls.__module__}.{cls.__qualname__}"
+    registered = _registered(own)
+    return registered if registered is not None and import_object(registered) is cls else own
+
+
+def entry_class(config: dict[str, Any], folder: str | os.PathLike, name: str | None = None) -> type:
+    """The class to build for an entry: the registry's, never one the entry names on its own.
+
+    ``name`` (a registered entry) fixes the class; a folder loaded by path must name a registered entry's class.
+    The check runs on strings before any import; the imported class must be a ``ZooModule``.
+
+    Raises:
+        UntrustedEntryError: the config names a class no entry registers, another entry's class than ``name``'s,
+            or a class that is not a ``ZooModule``.
+    """
+    recorded = config["zoo"].get("module")
+    allowed = sorted({e.module for e in ENTRIES})
+    registered = _registered(recorded) if isinstance(recorded, str) else None
+    where = Path(folder) / CONFIG
+    if registered is None:
+        raise UntrustedEntryError(
+            f"{where} names the class {recorded!r}, which no zoo entry registers; refusing to import it. A hub entry "
+            f"is data: it can only hold weights for a registered class ({', '.join(allowed)})."
+        )
+    if name is not None and registered != get_entry(name).module:
+        raise UntrustedEntryError(
+            f"{where} holds a {recorded}, but entry '{name}' is a {get_entry(name).module}; refusing to load it."
+        )
+    from zoo.module import ZooModule
+
+    cls = import_object(registered)  # the registry's own path: the entry's string is never imported
+    if not (isinstance(cls, type) and issubclass(cls, ZooModule)):  # pragma: no cover - a registry bug
+        raise UntrustedEntryError(f"the registered {registered} is not a ZooModule")
+    return cls
+
+
+def check_init_args(cls: type, config: dict[str, Any], folder: str | os.PathLike) -> None:
+    """Refuse ``config.json`` keys that are not init arguments of ``cls`` (huggingface_hub drops them silently).
+
+    Raises:
+        UntrustedEntryError: naming the unknown keys and the arguments ``cls`` takes.
+    """
+    import difflib
+    import inspect
+
+    params = inspect.signature(cls.__init__).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    known = set(params) - {"self"}
+    unknown = sorted(set(config) - known - {"zoo"})
+    if unknown:
+        hints = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, known, 2)
+            hints.append(f"{key!r} (did you mean {', '.join(map(repr, close))}?)" if close else repr(key))
+        raise UntrustedEntryError(
+            f"{Path(folder) / CONFIG} has keys that are not init arguments of {cls.__name__}: {', '.join(hints)}. "
+            f"{cls.__name__} takes: {', '.join(sorted(known))}."
+        )
+
+
 def load(name: str | os.PathLike, hub: str | os.PathLike | None = None, **overrides: Any) -> "LightningModule":
-    """Pretrained module of entry ``name`` (or entry folder), in eval mode. See ``zoo.load``."""
+    """Pretrained module of entry ``name`` (or entry folder), in eval mode. See ``zoo.load``.
+
+    The class built is the registry's (see :func:`entry_class`); ``config.json`` supplies init arguments only.
+    """
     folder = find(name, hub)
     config = read_config(folder)
-    cls = import_object(config["zoo"]["module"])
-    if not Path(name).is_dir():
-        expected = get_entry(str(name)).module
-        if config["zoo"]["module"] != expected:
-            raise ValueError(f"{folder} holds a {config['zoo']['module']}, but entry '{name}' is a {expected}.")
+    cls = entry_class(config, folder, name=None if Path(name).is_dir() else str(name))
     return cls.from_pretrained(str(folder), **overrides)
 
 
@@ -290,9 +379,8 @@ def write_entry(model: "LightningModule", dest: str | os.PathLike, *, zoo_meta: 
         (tmp / CARD).write_text(card_text, encoding="utf-8")  # written first: save_pretrained keeps it
         model.save_pretrained(tmp)
         config = json.loads((tmp / CONFIG).read_text(encoding="utf-8"))
-        cls = type(model)
         config["zoo"] = {
-            "module": f"{cls.__module__}.{cls.__name__}",
+            "module": class_path(type(model)),
             **zoo_meta,
             "sha256": {WEIGHTS: sha256(tmp / WEIGHTS)},
         }

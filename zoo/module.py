@@ -52,6 +52,7 @@ class ZooModule(LightningModule, PyTorchModelHubMixin, library_name="zoo", tags=
             token=token,
         )
         config = hub.read_config(folder)
+        hub.check_init_args(cls, config, folder)  # huggingface_hub silently drops keys the class does not take
         hub.verify_checksums(folder, config)
         model = cls(**model_kwargs)
         hub.load_weights(model, folder, map_location=map_location, strict=strict)

@@ -29,21 +29,6 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
-def _class_path(obj: Any) -> str:
-    cls = type(obj)
-    module = cls.__module__
-    # Prefer the package's public path (zoo.models.ra_sae.RASAE) over the defining file's.
-    package = module.rsplit(".", 1)[0]
-    try:
-        import importlib
-
-        if getattr(importlib.import_module(package), cls.__name__, None) is cls:
-            module = package
-    except ImportError:  # pragma: no cover
-        pass
-    return f"{module}.{cls.__name__}"
-
-
 def _natural(key: str) -> list[Any]:
     """Sort key that orders numbers by value: ``snn_acc_T2`` before ``snn_acc_T16``."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", key)]
@@ -89,7 +74,7 @@ dm = zoo.datamodule("{name}")     # the data it was trained on
 
 ## Training
 
-- Class: `{_class_path(model)}`
+- Class: `{hub.class_path(type(model))}`
 - Data: {data}{start}
 - Command: `{command}` (conf `conf/{entry.conf}`), {train_seconds:.0f} s on this machine ({
         platform.processor() or platform.machine()
