@@ -760,3 +760,26 @@ def test_error_pairs_are_first_errors_and_valid_prefixes(hub, pairs) -> None:
     assert bool(grammar.accept_prefix(rows[pos], lengths[pos] - 1).all())
     _, ref_hidden = CachedLM(hub.lm)(rows, lengths)
     torch.testing.assert_close(hidden, ref_hidden, atol=1e-5, rtol=1e-5)
+
+
+
+def test_prefix_key_packs_hash_and_length_one_to_one() -> None:
+    """Check that two prefixes whose (hash, length) pairs differ get different keys when a length reaches 64.
+
+    A (length 65) hashes to h and B (length 1) to h + 1: the old ``hash * 64 + length`` gave both h·64 + 65.
+    """
+    from zoo.models.backtrack_sampling.samplers import _HASH_MOD, _prefix_hash
+
+    width = 70
+    h = (1 + pow(8191, 64, _HASH_MOD)) % _HASH_MOD  # tokens 0 at positions 0 and 64; p − 1 in between adds 0
+    a = torch.zeros(width, dtype=torch.long)
+    a[1:64] = _HASH_MOD - 1
+    b = torch.zeros(width, dtype=torch.long)
+    b[0] = h  # (h + 1) · 8191⁰
+    keys = _prefix_hash(torch.stack([a, b]), torch.tensor([65, 1]))
+    assert (h * 64 + 65) == ((h + 1) * 64 + 1)  # the collision of the old packing
+    assert int(keys[0]) != int(keys[1])
+    # Equal prefixes agree, whatever lies past their length.
+    c = a.clone()
+    c[65:] = 3
+    assert int(_prefix_hash(c[None], torch.tensor([65]))) == int(keys[0])

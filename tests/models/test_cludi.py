@@ -546,10 +546,12 @@ def test_training_loss_is_the_cards_composition(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_training_step_rejects_small_batches() -> None:
-    """Check that a batch of fewer than 2K rows raises ValueError (the loss normalises over the batch)."""
+    """Check that a batch of fewer than 2K rows raises ValueError whose message asks for the 2K rows it checks."""
     model = small_module().train()
-    with pytest.raises(ValueError, match="batch of 5 rows"):
-        model.training_step(batch(5), 0)
+    k = model.hparams.num_clusters
+    with pytest.raises(ValueError, match=rf"batch of {2 * k - 1} rows .* at least 2·K = {2 * k} rows"):
+        model.training_step(batch(2 * k - 1), 0)
+    assert torch.isfinite(model.training_step(batch(2 * k), 0))  # exactly 2K rows is accepted
 
 
 def test_short_fit_on_digits_logs_finite_losses() -> None:

@@ -300,23 +300,24 @@ def test_beta_select_clamps_beta_when_the_anchor_is_certain(monkeypatch: pytest.
 
 
 def _integer_strata_score() -> tuple[torch.Tensor, torch.Tensor]:
-    """1600 scores on the integers 0 … 49 (one per stratum, exponentially skewed sizes) plus 400 hard ones ≥ 100."""
+    """1600 scores on the integers 0 … 49 (one per stratum, exponentially skewed sizes) plus 400 negative ones."""
     sizes = [max(1, int(150 * math.exp(-j / 6))) for j in range(50)]
     sizes[0] += 1600 - sum(sizes)
-    low = torch.repeat_interleave(torch.arange(50, dtype=torch.float64), torch.tensor(sizes))
-    hard = 100 + torch.arange(400, dtype=torch.float64)
+    strata = torch.repeat_interleave(torch.arange(50, dtype=torch.float64), torch.tensor(sizes))
+    cut = -400 + torch.arange(400, dtype=torch.float64)  # the 20 % lowest scores, which CCS drops first
     perm = torch.randperm(2000, generator=_gen(11))
-    return torch.cat([low, hard])[perm], torch.tensor(sizes)
+    return torch.cat([strata, cut])[perm], torch.tensor(sizes)
 
 
 @pytest.mark.parametrize("ratio", [0.9, 0.5])
 def test_ccs_spreads_the_budget_evenly_capped_by_stratum_size(ratio: float) -> None:
-    """Check that CCS skips the top 20 %, keeps k distinct indices, and fills strata evenly (±1) unless exhausted."""
+    """Check that CCS skips the lowest 20 % (the official ``data_mask[mis_num:]`` of the ascending order), keeps k
+    distinct indices, and fills strata evenly (±1) unless exhausted."""
     score, sizes = _integer_strata_score()
     idx = ccs_select(score, ratio, generator=_gen(12))
     k = keep_count(2000, ratio)
     assert len(idx) == k and len(set(idx.tolist())) == k
-    assert bool((score[idx] < 100).all())  # none of the 400 = 20 % highest scores
+    assert bool((score[idx] >= 0).all())  # none of the 400 = 20 % lowest scores
     counts = torch.bincount(score[idx].long(), minlength=50)
     assert bool((counts <= sizes).all()) and bool((counts > 0).all())
     open_bins = counts < sizes
@@ -334,7 +335,7 @@ def test_ccs_covers_every_stratum_of_a_skewed_score() -> None:
     idx = ccs_select(score, 0.9, generator=_gen(15))
     assert len(idx) == 200 and len(set(idx.tolist())) == 200
     order = score.argsort()
-    kept, cut = order[:1600], order[1600:]
+    cut, kept = order[:400], order[400:]  # the lowest 20 % are dropped
     assert not set(idx.tolist()) & set(cut.tolist())
     low, high = float(score[kept].min()), float(score[kept].max())
 

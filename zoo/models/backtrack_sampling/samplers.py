@@ -75,12 +75,18 @@ def _hash_powers(width: int) -> Tensor:
 
 
 def _prefix_hash(tokens: Tensor, lengths: Tensor) -> Tensor:
-    """A hash of each row's prefix and its length (polynomial, exact in int64 for the vocabularies used here)."""
+    """A key of each row's prefix: its polynomial hash mod p = 2³¹ − 1 and its length, packed one-to-one.
+
+    The pair (hash, length) is packed exactly: ``hash · (width + 1) + length`` with ``length ≤ width``, in int64
+    for any width below 2³². The hash itself is not exact: two different prefixes of the same length share it
+    when their difference polynomial in the base 8191 vanishes mod p, odds of about 1/p ≈ 4.7·10⁻¹⁰ per pair for
+    unrelated strings. A collision only makes forbid-repeat skip one backtrack it would have made.
+    """
     width = tokens.shape[1]
     powers = _hash_powers(width)
     mask = torch.arange(width, device=tokens.device)[None, :] < lengths[:, None]
     mixed = ((tokens.long() + 1) * mask) % _HASH_MOD * powers.to(tokens.device) % _HASH_MOD
-    return (mixed.sum(1) % _HASH_MOD) * 64 + lengths
+    return (mixed.sum(1) % _HASH_MOD) * (width + 1) + lengths
 
 
 def _start(

@@ -23,6 +23,10 @@ Teacher = Literal["student_eval", "ema"]
 Mode = Literal["diffusion", "no_diffusion"]
 
 
+# The smallest training batch accepted, in rows per cluster: the loss normalises each cluster's column over the batch.
+_MIN_ROWS_PER_CLUSTER = 2
+
+
 class CLUDIModule(ZooModule):
     """Cluster frozen features with a conditional diffusion model over cluster-assignment embeddings.
 
@@ -191,10 +195,11 @@ class CLUDIModule(ZooModule):
         x = self._features(batch)
         hp = self.hparams
         s = hp.batch_diffusion
-        if len(x) < 2 * hp.num_clusters:
+        if len(x) < _MIN_ROWS_PER_CLUSTER * hp.num_clusters:
             raise ValueError(
                 f"a batch of {len(x)} rows for K={hp.num_clusters}: the clustering loss normalises over the batch, "
-                "so use batches of at least 10·K rows (drop_last in the loader)"
+                f"so use batches of at least {_MIN_ROWS_PER_CLUSTER}·K = {_MIN_ROWS_PER_CLUSTER * hp.num_clusters} "
+                "rows (10·K or more trains better; drop_last in the loader)"
             )
         x = x[None].expand(s, *x.shape)
         student_x = perturb_features(x, hp.noise_scale, hp.feature_drop)
@@ -308,6 +313,8 @@ class CLUDIModule(ZooModule):
         self._log_epoch("test")
 
     def predict_step(self, batch: Tensor | tuple[Tensor, ...], batch_idx: int) -> dict[str, Tensor]:
+        """``{"labels": (B,), "probs": (B, K)}``: the argmax and the softmax of the logits averaged over the chains
+        (as :meth:`cluster`; not the mean of per-chain probabilities), with noise seeded per batch."""
         logits = self(batch, generator=torch.Generator().manual_seed(self.hparams.seed + batch_idx))
         return {"labels": logits.argmax(-1), "probs": logits.softmax(-1)}
 

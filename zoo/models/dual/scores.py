@@ -186,17 +186,28 @@ def ccs_select(
     hard_cut: float = 0.2,
     generator: torch.Generator | None = None,
 ) -> Tensor:
-    """Coverage-centric selection: drop the ``hard_cut`` highest-scoring samples, then sample evenly over strata.
+    """Coverage-centric selection: drop the ``hard_cut`` lowest-scoring samples, then sample evenly over strata.
 
-    As the official ``stratified_sampling`` call (``data_mask[:-mis_num]`` of the ascending order, "prune hard
-    samples"); the card's review read it as dropping the lowest scores, the code drops the highest.
+    The official ``exp_cifar/data_subset.py`` (behaapyy/dual-pruning, HEAD 4ab525d), ``load_cifar10_sub``::
+
+        elif args.sample == 'stratified':
+            mis_num = int(args.mis_ratio * 50000)
+            easy_index = data_mask[mis_num:]
+            selected = stratified_sampling(torch.tensor(score[easy_index]), int(args.subset_rate * 50000))
+            subset_mask = easy_index[selected]
+
+    where ``data_mask`` is the ascending argsort of the score (``importance_evaluation.py``: ``mask =
+    np.argsort(score)``, saved as ``*_mask.npy``; the top-k branch keeps ``data_mask[-k:]``) and ``--mis-ratio``
+    defaults to 0.2 (``train_subset.py``). So the front of the ascending order, the ``hard_cut`` lowest scores, is
+    dropped and the strata cover the rest; the card's review note reads it the same way. (The README's example
+    command passes the mask file as ``--score-path`` too; here the score itself feeds the strata.)
 
     The remaining scores are cut into ``strata`` equal-width bins; the budget k is spread over the bins from the
     smallest up (each takes min(its size, what is left / bins left)), and each bin is sampled uniformly.
     """
     k = keep_count(len(score), ratio)
     order = score.argsort(stable=True)
-    kept = order[: len(score) - int(hard_cut * len(score))] if hard_cut > 0 else order
+    kept = order[int(hard_cut * len(score)) :]  # easy_index = data_mask[mis_num:]
     if len(kept) < k:
         raise ValueError(f"hard_cut={hard_cut} leaves {len(kept)} samples, fewer than the {k} to keep")
     s = score[kept].double()

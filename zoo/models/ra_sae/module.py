@@ -110,8 +110,7 @@ class RASAE(ZooModule):
             self.set_candidates(dm.candidate_points(self.hparams.num_candidates, seed=self.hparams.candidates_seed))
 
     def _loss(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        pre, codes, x_hat = self.sae(x)
-        D = self.sae.dictionary.get_dictionary() if self.hparams.aux_k_penalty > 0 else None
+        pre, codes, x_hat, D = self.sae(x, return_dictionary=True)  # AuxK decodes with the same D
         return sae_loss(x, x_hat, pre, codes, D, self.hparams.aux_k_penalty), codes, x_hat
 
     def training_step(self, batch: Tensor, batch_idx: int) -> Tensor:

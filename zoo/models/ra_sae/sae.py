@@ -84,15 +84,21 @@ class SparseAutoencoder(nn.Module):
         if self.init == "tied":
             self.encoder.tie_to(self.dictionary.get_dictionary().detach())
 
-    def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Return ``(pre_codes, codes, x_hat)`` for activations ``x`` ``(N, dim)``."""
+    def forward(self, x: Tensor, return_dictionary: bool = False) -> tuple[Tensor, ...]:
+        """Return ``(pre_codes, codes, x_hat)`` for activations ``x`` ``(N, dim)``; with ``return_dictionary``
+        also the D ``(num_atoms, dim)`` that decoded them.
+
+        A loss that needs D again (AuxK) must take this one: a second ``get_dictionary()`` in training mode would
+        re-project the parameters in place after autograd saved them for the first.
+        """
         if x.ndim != 2 or x.shape[1] != self.dim:
             raise ValueError(
                 f"{type(self).__name__} expects activations of shape (N, {self.dim}), got {tuple(x.shape)}. "
                 "Set model.dim to the data width (data.dim)."
             )
         pre, codes = self.encoder(x)
-        return pre, codes, self.dictionary(codes)
+        D = self.dictionary.get_dictionary()
+        return (pre, codes, codes @ D, D) if return_dictionary else (pre, codes, codes @ D)
 
 
 def sae_loss(
