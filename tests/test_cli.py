@@ -224,3 +224,20 @@ def test_fit_under_ddp_exits_cleanly(ddp_run: tuple) -> None:
     """Check that the 2-process CPU DDP `zoo fit` returns exit code 0."""
     result, _ = ddp_run
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_test_under_ddp_measures_the_same_values_as_one_process(tmp_path: Path) -> None:
+    """Check that `zoo test --pretrained ra-sae` on 2 DDP processes gives the card's one-process test metrics: the
+    torchmetrics states are synchronised across processes, not averaged per process or taken from rank 0."""
+    script = Path(sys.executable).with_name("zoo")
+    command = [str(script)] if script.is_file() else [sys.executable, "-m", "zoo.cli"]
+    command += ["test", "-c", CONF, "--pretrained", "ra-sae", "--trainer.enable_progress_bar", "false"]
+    command += ["--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu", *_dirs(tmp_path)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    _, rows = _read_metrics(tmp_path)
+    recorded = json.loads((BUNDLED / "ra-sae" / "config.json").read_text())["zoo"]["metrics"]
+    assert recorded
+    for key, value in recorded.items():
+        assert _last(rows, key) == pytest.approx(value, abs=1e-4), key

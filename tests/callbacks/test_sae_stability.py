@@ -147,3 +147,37 @@ def test_sae_stability_warns_when_batches_are_not_activations():
         trainer = _fit(DictBatches(), SAEStability(), max_epochs=1)
     assert "val/stability_floor_points" not in trainer.callback_metrics
     assert "val/stability_floor_gaussian" in trainer.callback_metrics
+
+
+def test_sae_stability_stabilization_compares_this_epoch_with_the_last():
+    """Check the logged val/stabilization against dictionary_stability(D now, D one epoch earlier) computed here.
+
+    A callback comparing D with itself would log 1.0; the training moves D enough that the true value is below it.
+    """
+    from lightning.pytorch.callbacks import Callback
+
+    from zoo.metrics import dictionary_stability
+
+    class Snapshots(Callback):
+        def __init__(self) -> None:
+            self.seen: list[Tensor] = []
+
+        def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+            if not trainer.sanity_checking:
+                self.seen.append(pl_module.dictionary.detach().clone())
+
+    snapshots, callback = Snapshots(), SAEStability(floor_points=False)
+    trainer = Trainer(
+        max_epochs=2,
+        callbacks=[snapshots, callback],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_train_batches=4,
+        limit_val_batches=1,
+    )
+    trainer.fit(TinySAE(lr=0.1))
+    expected = float(dictionary_stability(snapshots.seen[1], snapshots.seen[0]))
+    assert expected < 0.999
+    assert float(trainer.callback_metrics["val/stabilization"]) == pytest.approx(expected, abs=1e-6)

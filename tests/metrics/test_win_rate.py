@@ -252,3 +252,32 @@ def test_win_rate_metrics_raise_on_bad_arguments():
     m.update(torch.tensor([1.0, NAN]))
     with pytest.raises(ValueError, match="at least 2 human labels .* but got 1"):
         m.compute()
+
+
+def test_fixed_alpha_and_ppi_standard_errors_match_the_formula_by_hand() -> None:
+    """Check the fixed-α SE, (s_z² − (1 − n/N)(2α s_zẑ − α² s_ẑ²)) / n with ddof 1, on numbers computed with numpy
+    here (not with the module's helpers), for α = 0.3 and PPI's α = 1; the optimal-α SE differs on these data."""
+    import numpy as np
+
+    from zoo.metrics.win_rate import control_variates_win_rate, ppi_win_rate
+
+    rng = np.random.default_rng(7)
+    z_hat_all = rng.uniform(0, 1, size=400)
+    z = (rng.uniform(0, 1, size=60) < z_hat_all[:60]).astype(float)  # the first 60 pairs are labelled
+    n, N = 60, 400
+    s_zz = np.var(z, ddof=1)
+    s_hh = np.var(z_hat_all[:60], ddof=1)
+    s_zh = np.cov(z, z_hat_all[:60], ddof=1)[0, 1]
+    labels = torch.full((N,), float("nan"), dtype=torch.float64)  # NaN: no human label
+    labels[:n] = torch.tensor(z)
+    scores = torch.tensor(z_hat_all)
+    for alpha, est in (
+        (0.3, control_variates_win_rate(labels, scores, alpha=0.3)),
+        (1.0, ppi_win_rate(labels, scores)),
+    ):
+        var = (s_zz - (1 - n / N) * (2 * alpha * s_zh - alpha**2 * s_hh)) / n
+        assert est.se == pytest.approx(math.sqrt(var), rel=1e-9)
+        assert est.estimate == pytest.approx(z.mean() - alpha * (z_hat_all[:60].mean() - z_hat_all.mean()), rel=1e-9)
+    optimal = s_zh / s_hh
+    var_opt = (s_zz - (1 - n / N) * (2 * optimal * s_zh - optimal**2 * s_hh)) / n
+    assert abs(math.sqrt(var_opt) - ppi_win_rate(labels, scores).se) > 1e-4

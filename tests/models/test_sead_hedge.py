@@ -313,3 +313,55 @@ def test_state_dict_round_trip_continues_identically() -> None:
     second.load_state_dict(state)
     for a, b in zip(expected, run(second, raws[60:])):
         assert torch.equal(a, b)
+
+
+def test_hedge_update_many_matches_numpy_reference_with_eta_and_prior() -> None:
+    """Check update_many (the path the ensemble runs) against the float64 reference at η = 0.7 with a non-uniform
+    prior: dropping η, or the prior in the share step, changes the weights far beyond the tolerance."""
+    rng = np.random.default_rng(3)
+    prior = rng.uniform(0.5, 2.0, size=5)
+    losses = rng.uniform(0.0, 1.0, size=(200, 5))
+    ref = _numpy_fixed_share(losses, eta=0.7, share=1e-3, prior=prior)
+    hedge = Hedge(5, eta=0.7, share=1e-3, prior=prior.tolist())
+    _, after = hedge.update_many(torch.from_numpy(losses), torch.ones(200, dtype=torch.bool))
+    np.testing.assert_allclose(after.double().numpy(), ref, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(hedge.log_w.exp().numpy(), ref[-1], rtol=1e-10, atol=1e-14)
+    # The tolerance separates: η = 1 (η dropped) ends elsewhere.
+    assert np.abs(_numpy_fixed_share(losses, eta=1.0, share=1e-3, prior=prior)[-1] - ref[-1]).max() > 1e-3
+
+
+def test_normalizer_exact_history_never_compacts_and_matches_torch_quantile() -> None:
+    """Check capacity=None past the first 1,024 slots: quantiles equal torch.quantile of the whole history at every
+    step tested, nothing is compacted, and forward_chunk equals forward row by row (the growth is invisible)."""
+    g = torch.Generator().manual_seed(0)
+    S = torch.randn(2600, 3, generator=g).exp()
+    S[:1300, 1] *= 3.0  # a drifting detector: the case where the bounded sketch's tail quantile drifts off
+    S[40:45, 2] = float("nan")
+    a, b = QuantileNormalizer(3, capacity=None), QuantileNormalizer(3, capacity=None)
+    expected = []
+    for t, s in enumerate(S):
+        if t in (10, 1023, 1024, 1500, 2599):
+            hist = S[:t].double()
+            for q in (0.01, 0.99):
+                ref = torch.stack([torch.quantile(hist[:, j][torch.isfinite(hist[:, j])], q) for j in range(3)])
+                torch.testing.assert_close(a.quantiles(q), ref, rtol=1e-12, atol=1e-12)
+        expected.append(a(s))
+    got = torch.cat([b.forward_chunk(S[i : i + n]) for i, n in ((0, 7), (7, 1200), (1207, 1393))])
+    assert torch.equal(got, torch.stack(expected))
+    assert int(a.level.max()) == 0 and a.count.tolist() == [2600, 2600, 2595] and a.capacity >= 2600
+    assert all(torch.equal(u, v) for u, v in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+def test_normalizer_exact_history_state_dict_round_trip() -> None:
+    """Check that a fresh exact normaliser takes a grown checkpoint (its width differs) and continues identically;
+    a bounded one still refuses a checkpoint of another width."""
+    g = torch.Generator().manual_seed(1)
+    S = torch.rand(1500, 2, generator=g)
+    first = QuantileNormalizer(2, capacity=None)
+    first.forward_chunk(S[:1100])
+    second = QuantileNormalizer(2, capacity=None)
+    second.load_state_dict(copy.deepcopy(first.state_dict()))
+    assert second.capacity == first.capacity > 1024
+    assert torch.equal(first.forward_chunk(S[1100:]), second.forward_chunk(S[1100:]))
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        QuantileNormalizer(2).load_state_dict(first.state_dict())
