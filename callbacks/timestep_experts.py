@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from lightning.pytorch import Callback, LightningModule, Trainer
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+
+from zoo.nn.timestep_experts import interval_bounds
 
 __all__ = ["TimestepExpertsSchedule"]
 
@@ -16,12 +18,17 @@ class TimestepExpertsSchedule(Callback):
     """Run the LoRA timestep experts' schedule on a module with ``set_phase`` (``zoo.models.tsm.TSMDiffusion``).
 
     Stage 1 (fostering): for each scale n_j, finest first, each of its n_j experts trains for
-    ``steps_per_scale // n_j`` steps on timesteps drawn inside its own interval [i·T/n_j, (i+1)·T/n_j), so every scale
-    gets the same budget and every timestep region the same number of steps. Stage 2 (assembling): the experts are
+    ``steps_per_scale // n_j`` steps on timesteps drawn inside its own interval (the integers the routing sends to it:
+    [⌈i·T/n_j⌉, ⌈(i+1)·T/n_j⌉)), so every scale gets the same budget and every timestep region the same number of
+    steps. Stage 2 (assembling): the experts are
     frozen and the router trains for ``router_steps`` steps on timesteps over [0, T). At each switch the optimiser is
     rebuilt from the module's ``configure_optimizers`` (fresh AdamW state: an expert that stops training is not moved
     on by momentum). Training stops when the schedule ends; the module is left assembled (with ``router_steps=0`` the
     zero router makes that "core experts only", TSM-1stage). Logs ``tsm/phase`` (its index) and ``tsm/scale``.
+
+    A ``trainer.max_steps`` shorter than the schedule (a smoke test: ``--trainer.max_steps 10``) scales every phase
+    down in proportion, at least one step each, and drops the last phases that still do not fit, with a warning that
+    says which ran.
 
     Args:
         steps_per_scale: optimiser steps per scale in stage 1.
@@ -54,10 +61,8 @@ class TimestepExpertsSchedule(Callback):
                 raise ValueError(
                     f"steps_per_scale={self.steps_per_scale} leaves no step for the {n} experts of scale {j}"
                 )
-            for i in range(n):
-                out.append(
-                    ("foster", j, (i * num_timesteps // n, (i + 1) * num_timesteps // n), self.steps_per_scale // n)
-                )
+            for bounds in interval_bounds(n, num_timesteps):
+                out.append(("foster", j, bounds, self.steps_per_scale // n))
         if self.router_steps and len(scales) > 1:
             out.append(("assemble", 0, (0, num_timesteps), self.router_steps))
         return out
@@ -74,14 +79,34 @@ class TimestepExpertsSchedule(Callback):
         self._phases = self.phases(tuple(hp.scales), hp.num_train_timesteps)
         if not self._phases:
             raise ValueError("the TSM schedule is empty: foster at least one scale or give router_steps > 0")
-        self._starts, total = [], 0
-        for *_, steps in self._phases:
-            self._starts.append(total)
-            total += steps
+        total = sum(steps for *_, steps in self._phases)
         if 0 < trainer.max_steps < total and not trainer.fast_dev_run:
-            raise ValueError(f"trainer.max_steps={trainer.max_steps} is shorter than the TSM schedule ({total} steps)")
+            self._phases = self._fit_to(self._phases, trainer.max_steps)
+        self._starts, start = [], 0
+        for *_, steps in self._phases:
+            self._starts.append(start)
+            start += steps
         self._current = -1
         self._enter(trainer, pl_module, 0, rebuild=False)  # before configure_optimizers: it sees phase 0's weights
+
+    @staticmethod
+    def _fit_to(phases: list[Phase], max_steps: int) -> list[Phase]:
+        """The schedule scaled to ``max_steps``: every phase in proportion (≥ 1 step), the tail dropped if need be."""
+        total = sum(steps for *_, steps in phases)
+        scaled = [(stage, j, bounds, max(1, steps * max_steps // total)) for stage, j, bounds, steps in phases]
+        kept, used = [], 0
+        for phase in scaled:
+            if used + phase[3] > max_steps:
+                break
+            kept.append(phase)
+            used += phase[3]
+        ran = ", ".join(f"{stage} scale {j} t∈{list(bounds)} × {steps}" for stage, j, bounds, steps in kept)
+        dropped = len(phases) - len(kept)
+        rank_zero_warn(
+            f"trainer.max_steps={max_steps} is shorter than the TSM schedule ({total} steps): every phase is scaled "
+            f"down to fit; phases run: {ran}" + (f"; the last {dropped} phase(s) do not fit and are skipped" if dropped else "")
+        )
+        return kept
 
     def _enter(self, trainer: Trainer, pl_module: LightningModule, index: int, rebuild: bool = True) -> None:
         stage, scale, t_range, steps = self._phases[index]

@@ -98,11 +98,33 @@ def test_schedule_needs_a_tsm_module(mode: str) -> None:
         quiet_trainer(max_steps=14, callbacks=[schedule]).fit(TSMDiffusion(mode=mode), DomainShiftDataModule())
 
 
-def test_max_steps_shorter_than_the_schedule_is_refused() -> None:
-    """Check that a Trainer whose max_steps ends before the schedule does raises a ValueError."""
+def test_max_steps_shorter_than_the_schedule_scales_the_phases_with_a_warning() -> None:
+    """Check that a smoke-test max_steps (shorter than the schedule) runs a scaled schedule instead of refusing: every
+    phase at least one step, in proportion, the tail dropped when even that does not fit, and a warning naming them."""
+    phases = TimestepExpertsSchedule(steps_per_scale=40, router_steps=20).phases((4, 2, 1), T)  # 140 steps, 8 phases
+    with pytest.warns(UserWarning, match=r"max_steps=70 is shorter than the TSM schedule \(140 steps\)"):
+        half = TimestepExpertsSchedule._fit_to(phases, 70)
+    assert [p[3] for p in half] == [5, 5, 5, 5, 10, 10, 20, 10] and [p[:3] for p in half] == [p[:3] for p in phases]
+    with pytest.warns(UserWarning, match=r"the last 3 phase\(s\) do not fit"):
+        tiny = TimestepExpertsSchedule._fit_to(phases, 5)
+    assert [p[3] for p in tiny] == [1] * 5
     schedule = TimestepExpertsSchedule(steps_per_scale=4, router_steps=2)
-    with pytest.raises(ValueError, match=r"max_steps=13 is shorter than the TSM schedule \(14 steps\)"):
-        quiet_trainer(max_steps=13, callbacks=[schedule]).fit(TSMDiffusion(mode="tsm"), DomainShiftDataModule())
+    trainer = quiet_trainer(max_steps=10, callbacks=[schedule])
+    with pytest.warns(UserWarning, match="phases run"):
+        trainer.fit(TSMDiffusion(mode="tsm"), DomainShiftDataModule())
+    assert trainer.global_step <= 10 and trainer.state.finished
+
+
+def test_fostering_intervals_match_the_routing_when_n_does_not_divide_t() -> None:
+    """Check that with n = 3 every timestep a fostering phase draws routes to that phase's expert (i·T//n would
+    send t = 333 and 666 to the neighbouring expert's phase), and the intervals tile [0, T)."""
+    from zoo.nn.timestep_experts import expert_index
+
+    phases = TimestepExpertsSchedule(steps_per_scale=9, router_steps=0).phases((3, 1), T)
+    fostering = [(i, r) for i, (_, j, r, _) in enumerate(phases) if j == 0]
+    assert [r for _, r in fostering] == [(0, 334), (334, 667), (667, 1000)]
+    for expert, (lo, hi) in enumerate(r for _, r in fostering):
+        assert set(expert_index(torch.arange(lo, hi), 3, T).tolist()) == {expert}
 
 
 # ------------------------------------------------------------------------------------------------ a real fit

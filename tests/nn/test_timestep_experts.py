@@ -50,10 +50,16 @@ def test_expert_index_follows_the_interval_formula_at_the_boundaries(n: int) -> 
     assert torch.equal(expert_index(every.float() + 0.5, n, T), expert_index(every, n, T))  # flow models' float t
 
 
-@pytest.mark.parametrize("bad", [-1, 1000])
-def test_timestep_outside_range_is_refused(bad: int) -> None:
-    with pytest.raises(ValueError, match=r"\[0, 1000\)"):
+@pytest.mark.parametrize("bad", [-1, 1001, -0.5, 1000.5])
+def test_timestep_outside_range_is_refused(bad: float) -> None:
+    with pytest.raises(ValueError, match=r"\[0, 1000\]"):
         expert_index(torch.tensor([5, bad]), 4)
+
+
+def test_timestep_t_equals_t_max_lands_in_the_last_interval() -> None:
+    """Check that t = T (FlowMatchEulerDiscreteScheduler's first step, 1000.0) routes to the last expert, as T − 1."""
+    for t in (torch.tensor([1000.0, 999.0]), torch.tensor([1000, 999])):
+        assert expert_index(t, 4).tolist() == [3, 3]
 
 
 def test_zero_init_gives_exactly_the_base_model_in_every_stage() -> None:
@@ -231,5 +237,5 @@ def test_a_denoiser_call_with_a_timestep_outside_the_range_is_refused() -> None:
     """Check that the pre-hook checks the call's timesteps once (the layers route without reading them back)."""
     unet = _unet()
     inject_timestep_experts(unet, ["to_q"], scales=(2, 1), rank=2)
-    with pytest.raises(ValueError, match=r"\[0, 1000\)"):
-        unet(torch.randn(2, 1, 8, 8), torch.tensor([3, 1000]))
+    with pytest.raises(ValueError, match=r"\[0, 1000\]"):
+        unet(torch.randn(2, 1, 8, 8), torch.tensor([3, 1001]))

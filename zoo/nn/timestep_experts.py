@@ -23,6 +23,7 @@ adapter trained on one interval into its expert slot.
 from __future__ import annotations
 
 import difflib
+import inspect
 import math
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -35,7 +36,9 @@ __all__ = [
     "TimestepExpertsLinear",
     "expert_index",
     "inject_timestep_experts",
+    "interval_bounds",
     "load_peft_expert",
+    "timestep_row",
 ]
 
 Stage = Literal["base", "foster", "assemble"]
@@ -45,17 +48,43 @@ GateActivation = Literal["none", "sigmoid", "softmax"]
 def expert_index(t: Tensor, n: int, num_timesteps: int = 1000, check: bool = True) -> Tensor:
     """The 0-indexed interval ``floor(t · n / T)`` of each timestep in ``t`` (floats are floored first).
 
-    Raises ``ValueError`` for a timestep outside [0, T) (``check=False`` skips the test, which reads the tensor back
-    to the host: the layers route with it off, after the model's pre-hook checked the call's timesteps once).
+    Timesteps lie in [0, T]: float ones come from Euler and flow-matching schedulers (``FlowMatchEulerDiscreteScheduler``
+    starts at t = T = 1000.0), and t = T lands in the last interval with T − 1. Raises ``ValueError`` outside [0, T]
+    (``check=False`` skips the test, which reads the tensor back to the host: the layers route with it off, after the
+    model's pre-hook checked the call's timesteps once).
 
     Example:
         >>> expert_index(torch.tensor([0, 249, 250, 999]), 4).tolist()
         [0, 0, 1, 3]
+        >>> expert_index(torch.tensor([999.5, 1000.0]), 4).tolist()
+        [3, 3]
     """
-    t = t.floor().long() if t.is_floating_point() else t.long()
-    if check and t.numel() and (int(t.min()) < 0 or int(t.max()) >= num_timesteps):
-        raise ValueError(f"timesteps must lie in [0, {num_timesteps}), got {int(t.min())}…{int(t.max())}")
+    t = timestep_row(t, num_timesteps, check)
     return t * n // num_timesteps
+
+
+def timestep_row(t: Tensor, num_timesteps: int = 1000, check: bool = True) -> Tensor:
+    """Integer timesteps in [0, T): floats floored, t = T (a flow-matching start) clamped to T − 1, as ``long``."""
+    if check and t.numel():
+        low, high = float(t.min()), float(t.max())
+        if low < 0 or high > num_timesteps:
+            raise ValueError(f"timesteps must lie in [0, {num_timesteps}], got {low:g}…{high:g}")
+    t = t.floor().long() if t.is_floating_point() else t.long()
+    return t.clamp(max=num_timesteps - 1)
+
+
+def interval_bounds(n: int, num_timesteps: int = 1000) -> list[tuple[int, int]]:
+    """The integer timesteps ``[lo, hi)`` that :func:`expert_index` routes to each of ``n`` experts.
+
+    ``lo_i = ceil(i · T / n)``, the first t with ``floor(t · n / T) = i``; ``i · T // n`` would disagree with the
+    routing wherever n does not divide T (n = 3: t = 333 routes to expert 0, not 1).
+
+    Example:
+        >>> interval_bounds(3, 1000)
+        [(0, 334), (334, 667), (667, 1000)]
+    """
+    edges = [-(-i * num_timesteps // n) for i in range(n + 1)]
+    return list(zip(edges[:-1], edges[1:]))
 
 
 class _TimestepExperts(nn.Module):
@@ -121,10 +150,18 @@ class _TimestepExperts(nn.Module):
             return t.repeat_interleave(batch // len(t)) if len(t) > 1 else t.expand(batch)
         raise ValueError(f"{len(t)} timesteps for a batch of {batch}")
 
-    def gates(self, x: Tensor, t: Tensor, channel_dim: int) -> Tensor:
-        """G(z_t, t) = F(z_t) + ε(t), per token / pixel: ``(m − 1)`` gates on ``channel_dim``'s position."""
-        features = x.movedim(channel_dim, -1)
-        g = self.router(features) + self.time_gate(t).view(len(t), *([1] * (features.dim() - 2)), -1)
+    def gates(self, x: Tensor, t: Tensor, channel_dim: int, size: Sequence[int] | None = None) -> Tensor:
+        """G(z_t, t) = F(z_t) + ε(t), per token / pixel: ``(m − 1)`` gates on ``channel_dim``'s position.
+
+        ``t`` may be float (Euler / flow-matching schedulers): ε reads the row of ``floor(t)``. ``size``: the spatial
+        size of the layer's output, when a convolution's stride or padding changes it; F(z_t) is then averaged over
+        each output pixel's input region (``adaptive_avg_pool2d``; F is linear, so this is F of the mean input).
+        """
+        eps = self.time_gate(timestep_row(t, self.num_timesteps, check=False))
+        linear = self.router(x.movedim(channel_dim, -1)).movedim(-1, channel_dim)
+        if size is not None and tuple(linear.shape[2:]) != tuple(size):
+            linear = nn.functional.adaptive_avg_pool2d(linear, tuple(size))
+        g = linear.movedim(channel_dim, -1) + eps.view(len(t), *([1] * (linear.dim() - 2)), -1)
         if self.gate_activation == "sigmoid":
             g = g.sigmoid()
         elif self.gate_activation == "softmax":
@@ -153,7 +190,7 @@ class _TimestepExperts(nn.Module):
         if self.stage == "assemble" and len(scales) > 1:
             # G ⊙ (B h) = B (G ⊙ h) for a gate per token / pixel: gate the rank-r features, then one B product for
             # the core and every context expert together.
-            g = self.gates(x, t, self.channel_dim)
+            g = self.gates(x, t, self.channel_dim, hs[0].shape[2:] if self.channel_dim == 1 else None)
             hs = [hs[0], *(h * g.narrow(self.channel_dim, j - 1, 1) for j, h in enumerate(hs[1:], start=1))]
         h = torch.cat(hs, dim=self.channel_dim)
         b = torch.cat([self.lora_B[j][i] for j, i in zip(scales, indices)], dim=-1).to(x.dtype)  # (B, d, Σ r)
@@ -257,10 +294,16 @@ class TimestepExpertsConv2d(_TimestepExperts):
         return torch.einsum("brhw,bdr->bdhw", h, b)
 
 
-def _timestep_from_call(args: tuple[Any, ...], kwargs: dict[str, Any], batch: int) -> Tensor:
-    t = kwargs.get("timestep", args[1] if len(args) > 1 else None)
+def _call_arguments(signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The denoiser call's arguments by name: UNets take ``(sample, timestep, ...)`` but transformers take
+    ``(hidden_states, encoder_hidden_states, [pooled_projections,] timestep, ...)``, so position 1 is not always t."""
+    return dict(signature.bind_partial(*args, **kwargs).arguments)
+
+
+def _timestep_from_call(arguments: dict[str, Any], batch: int) -> Tensor:
+    t = arguments.get("timestep")
     if t is None:
-        raise ValueError("the denoiser was called without a timestep (positional after the sample, or timestep=)")
+        raise ValueError("the denoiser was called without a timestep (its `timestep` argument, by position or name)")
     t = torch.as_tensor(t)
     t = t.reshape(-1) if t.dim() else t.reshape(1)
     return t.expand(batch) if len(t) == 1 else t
@@ -310,9 +353,18 @@ def inject_timestep_experts(
             setattr(parent, child, layer)
             wrapped[name] = layer
 
+    signature = inspect.signature(model.forward)
+    if "timestep" not in signature.parameters:
+        raise ValueError(
+            f"{type(model).__name__}.forward has no `timestep` argument: timestep experts need a denoiser called "
+            "with its timestep (diffusers' UNets and transformers are)"
+        )
+    first = next(iter(signature.parameters))  # the noisy sample: `sample` (UNets) or `hidden_states` (transformers)
+
     def hand_over_timestep(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        sample = args[0] if args else kwargs.get("sample", kwargs.get("hidden_states"))
-        t = _timestep_from_call(args, kwargs, sample.shape[0]).to(sample.device)
+        arguments = _call_arguments(signature, args, kwargs)
+        sample = arguments[first]
+        t = _timestep_from_call(arguments, sample.shape[0]).to(sample.device)
         expert_index(t, 1, num_timesteps)  # one range check (one host read) per call instead of one per layer
         # The layers are looked up on the module called, so a deep copy of the model (an EMA) routes its own.
         for layer in module.modules():
