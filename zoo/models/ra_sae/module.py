@@ -10,6 +10,7 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
 from zoo.metrics import DeadAtomFraction, ReconstructionR2
+from zoo.models.ra_sae.encoder import EncoderKind
 from zoo.models.ra_sae.sae import DictionaryKind, SparseAutoencoder, sae_loss
 from zoo.module import ZooModule
 
@@ -38,6 +39,9 @@ class RASAE(ZooModule):
         candidates_seed: k-means seed for C (``None``: the datamodule's ``subset_seed``).
         aux_k_penalty: weight of the TopK auxiliary loss (0 = off; official value when used: 0.1).
         lr: Adam learning rate.
+        encoder: ``"topk"`` (the paper's), ``"batchtopk"`` or ``"jumprelu"`` (the encoders of overcomplete and
+            sae-lens; any of them works with every dictionary).
+        l0_penalty: JumpReLU's L0 weight (ignored by the other encoders).
 
     Example:
         >>> model = RASAE(dim=8, num_atoms=16, top_k=2, num_candidates=16)
@@ -60,10 +64,14 @@ class RASAE(ZooModule):
         candidates_seed: int | None = None,
         aux_k_penalty: float = 0.0,
         lr: float = 1e-3,
+        encoder: EncoderKind = "topk",
+        l0_penalty: float = 1e-3,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.sae = SparseAutoencoder(dim, num_atoms, top_k, dictionary, delta, use_multiplier, num_candidates, init)
+        self.sae = SparseAutoencoder(
+            dim, num_atoms, top_k, dictionary, delta, use_multiplier, num_candidates, init, encoder, l0_penalty
+        )
         self._window: Tensor | None = None  # running sum of the training loss between two logged steps
         self._window_steps = 0
         # Saved with the weights: a loaded or fine-tuned model never recomputes its candidate points.
@@ -111,7 +119,8 @@ class RASAE(ZooModule):
 
     def _loss(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         pre, codes, x_hat, D = self.sae(x, return_dictionary=True)  # AuxK decodes with the same D
-        return sae_loss(x, x_hat, pre, codes, D, self.hparams.aux_k_penalty), codes, x_hat
+        loss = sae_loss(x, x_hat, pre, codes, D, self.hparams.aux_k_penalty) + self.sae.sparsity_loss(pre)
+        return loss, codes, x_hat
 
     def training_step(self, batch: Tensor, batch_idx: int) -> Tensor:
         # Loss only: the paper's metrics are measured on validation/test. And `self.log` costs about 0.4 ms, a third

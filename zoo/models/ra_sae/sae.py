@@ -1,4 +1,4 @@
-"""The sparse autoencoder: TopK encoder + a dictionary, its loss, and the paper's reconstruction metric."""
+"""The sparse autoencoder: an encoder (TopK, BatchTopK or JumpReLU) + a dictionary, and its loss."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from zoo.models.ra_sae.dictionary import FreeDictionary, RelaxedArchetypalDictionary
-from zoo.models.ra_sae.encoder import TopKEncoder
+from zoo.models.ra_sae.encoder import EncoderKind, build_encoder
 
 __all__ = ["SparseAutoencoder", "sae_loss", "DictionaryKind"]
 
@@ -30,6 +30,9 @@ class SparseAutoencoder(nn.Module):
             ``init_candidates``); C is a buffer filled by ``set_candidates``.
         init: ``"tied"`` starts the encoder at the initial dictionary (unit rows of D_init, b = 0, the card's pilot
             choice); ``"official"`` keeps PyTorch's default Linear init.
+        encoder: ``"topk"`` (the paper's), ``"batchtopk"`` (top_k · B codes per batch) or ``"jumprelu"`` (learned
+            per-atom thresholds with an L0 penalty; its :meth:`sparsity_loss` is part of the training loss).
+        l0_penalty: the JumpReLU encoder's L0 weight λ.
 
     Example:
         >>> sae = SparseAutoencoder(dim=4, num_atoms=8, top_k=2, dictionary="ra", num_candidates=8)
@@ -49,12 +52,14 @@ class SparseAutoencoder(nn.Module):
         use_multiplier: bool = True,
         num_candidates: int | None = None,
         init: Literal["tied", "official"] = "tied",
+        encoder: EncoderKind = "topk",
+        l0_penalty: float = 1e-3,
     ) -> None:
         super().__init__()
         if dictionary not in ("ra", "a", "free"):
             raise ValueError(f"Expected dictionary to be 'ra', 'a' or 'free', got {dictionary!r}.")
         self.dim, self.num_atoms, self.kind, self.init = dim, num_atoms, dictionary, init
-        self.encoder = TopKEncoder(dim, num_atoms, top_k)
+        self.encoder = build_encoder(encoder, dim, num_atoms, top_k, l0_penalty)
         n_cand = num_candidates or num_atoms
         if dictionary == "free":
             self.dictionary: FreeDictionary | RelaxedArchetypalDictionary = FreeDictionary(num_atoms, dim)
@@ -99,6 +104,11 @@ class SparseAutoencoder(nn.Module):
         pre, codes = self.encoder(x)
         D = self.dictionary.get_dictionary()
         return (pre, codes, codes @ D, D) if return_dictionary else (pre, codes, codes @ D)
+
+    def sparsity_loss(self, pre_codes: Tensor) -> Tensor | float:
+        """The encoder's own sparsity term (JumpReLU's L0 penalty); 0 for TopK and BatchTopK, sparse by construction."""
+        penalty = getattr(self.encoder, "sparsity_loss", None)
+        return penalty(pre_codes) if penalty is not None else 0.0
 
 
 def sae_loss(
