@@ -169,3 +169,27 @@ def test_callback_warns_when_samples_miss_their_record(tmp_path) -> None:
     )
     with pytest.warns(UserWarning, match=r"1105 of 1297 samples got no record"):
         trainer.fit(DualClassifier(), PrunableImageDataModule(batch_size=64))
+
+
+def test_reproduction_stand_in_arms_select_k_and_cannot_pass_the_claims() -> None:
+    """Check the reproduction's stand-in arms: Beta over a random score keeps k distinct samples (not DUAL + β's), and
+    on any results random selection and Beta over a random score score at most 0 on the claims that beat them both."""
+    from zoo.models.dual.reproduce import CLAIMS, METHODS, _select
+    from zoo.models.dual.scores import dual_score
+
+    g = torch.Generator().manual_seed(0)
+    tp = torch.rand(30, 300, generator=g)
+    scores = {"dual": dual_score(tp)}
+    beta_random = _select("beta_random", scores, tp, 0.7, 300, seed=3)
+    assert len(beta_random) == 90 and len(beta_random.unique()) == 90
+    assert torch.equal(beta_random, _select("beta_random", scores, tp, 0.7, 300, seed=3))
+    dual_beta = _select("dual_beta", scores, tp, 0.7, 300, seed=3)
+    assert not torch.equal(beta_random.sort().values, dual_beta.sort().values)
+    keys = [f"{s}/{m}/r{x}" for s in ("clean", "noisy") for m in METHODS for x in (0.5, 0.7, 0.9)]
+    for _ in range(20):
+        r = dict(zip(keys, (100 * torch.rand(len(keys), generator=g)).tolist()))
+        for claim in CLAIMS:
+            assert {"random", "beta_random"} <= set(claim.stand_ins), claim.name
+            assert claim.value_for(r, "random") <= 0, claim.name
+            if "beats_random_and_beta_random" in claim.name:
+                assert claim.value_for(r, "beta_random") <= 0, claim.name
