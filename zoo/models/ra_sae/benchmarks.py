@@ -28,7 +28,7 @@ from torch import Tensor
 
 from zoo.metrics.dictionary_stability import dictionary_stability
 
-__all__ = ["best_atom_auroc", "identifiability", "probe_directions", "plausibility"]
+__all__ = ["best_atom_auroc", "digits_backbone_activations", "identifiability", "probe_directions", "plausibility"]
 
 
 def _average_ranks(x: Tensor) -> Tensor:
@@ -93,3 +93,42 @@ def plausibility(dictionary: Tensor, directions: Tensor) -> float:
         )
     atoms = torch.nn.functional.normalize(dictionary.detach().float(), dim=1)
     return float((torch.nn.functional.normalize(directions.float(), dim=1) @ atoms.T).max(1).values.mean())
+
+
+def digits_backbone_activations(seed: int = 0, epochs: int = 30) -> dict[str, Tensor]:
+    """A real backbone's activations at small scale: a small CNN trained on scikit-learn's digits (the embedded split
+    of ``datamodules.images.ImageDataModule``), read at its 64-d penultimate ReLU layer.
+
+    The plausibility benchmark's embedded default; on real data, any timm / open_clip backbone's activations through
+    ``datamodules.activation_cache`` take its place. A plain Adam loop (a few seconds), since only the activations
+    are kept.
+
+    Returns:
+        ``{"train", "train_labels", "test", "test_labels", "test_accuracy"}``: ``(n, 64)`` activations and labels.
+    """
+    from torch import nn
+
+    from datamodules.images import ImageDataModule
+
+    dm = ImageDataModule(dataset="digits", seed=0)
+    dm.setup("fit")
+    x, y = dm.train_set.x, dm.train_set.y
+    x_test, y_test = dm.test_set.x, dm.test_set.y
+    torch.manual_seed(seed)
+    body = nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(),
+        nn.Flatten(), nn.Linear(32 * 4 * 4, 64), nn.ReLU(),
+    )
+    head = nn.Linear(64, 10)
+    opt = torch.optim.Adam([*body.parameters(), *head.parameters()], lr=2e-3)
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(epochs):
+        for batch in torch.randperm(len(x), generator=g).split(64):
+            loss = nn.functional.cross_entropy(head(body(x[batch])), y[batch])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    with torch.no_grad():
+        train, test = body(x), body(x_test)
+        accuracy = (head(test).argmax(1) == y_test).float().mean()
+    return {"train": train, "train_labels": y, "test": test, "test_labels": y_test, "test_accuracy": accuracy}
