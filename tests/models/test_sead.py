@@ -38,6 +38,18 @@ def test_ensemble_equals_its_parts_run_by_hand(stream: tuple) -> None:
         torch.testing.assert_close(out["weights"][t], hedge.weights())
 
 
+def test_exact_history_ensemble_chunked_equals_row_by_row(stream: tuple) -> None:
+    """Check capacity=None (the reproduction's exact-history arm) past the first 1,024 slots: the chunked pass equals
+    the point-by-point one and the normaliser keeps every score (no compaction)."""
+    x = stream[0]
+    a = SEADEnsemble(default_pool(4, 2), dim=4, warmup=100, capacity=None)
+    b = SEADEnsemble(default_pool(4, 2), dim=4, warmup=100, capacity=None, chunked=False)
+    out_a, out_b = a(x), b(x)
+    torch.testing.assert_close(out_a["score"], out_b["score"], rtol=0, atol=1e-6)
+    torch.testing.assert_close(out_a["weights"], out_b["weights"], rtol=0, atol=1e-6)
+    assert int(a.normalizer.level.max()) == 0 and a.normalizer.count.tolist() == [len(x)] * 5
+
+
 def test_weights_stay_at_the_prior_during_warmup(stream: tuple) -> None:
     """Check that no weight moves before `warmup` points, and that they move after."""
     out = SEADEnsemble(default_pool(4), dim=4, warmup=100)(stream[0][:200])

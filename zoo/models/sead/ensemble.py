@@ -43,7 +43,7 @@ class SEADEnsemble(nn.Module):
         normalizer: ``"quantile_minmax"`` (default) or ``"cdf"`` (ablation: every detector looks alike).
         q_lo: low quantile of the min–max map.
         q_hi: high quantile of the min–max map.
-        capacity: sketch size per detector (bounded memory).
+        capacity: sketch size per detector (bounded memory); ``None``: the exact history (memory grows with t).
         warmup: points during which weights stay at the prior (the paper warms up on 100 points).
         sample_k: SEAD++: expected number of detectors scored per point (``None``: SEAD, all of them).
         gamma: SEAD++ exploration γ.
@@ -68,7 +68,7 @@ class SEADEnsemble(nn.Module):
         normalizer: Literal["quantile_minmax", "cdf"] = "quantile_minmax",
         q_lo: float = 0.01,
         q_hi: float = 0.99,
-        capacity: int = 1024,
+        capacity: int | None = 1024,
         warmup: int = 100,
         sample_k: float | None = None,
         gamma: float = 0.05,

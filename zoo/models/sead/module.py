@@ -34,7 +34,7 @@ class SEAD(ZooModule):
         normalizer: ``"quantile_minmax"`` or the ``"cdf"`` ablation.
         q_lo: low quantile of the min–max map.
         q_hi: high quantile of the min–max map.
-        capacity: bounded sketch size per detector.
+        capacity: bounded sketch size per detector; ``None``: the exact history (memory grows with the stream).
         warmup: points before the weights start moving (paper: 100).
         sample_k: SEAD++ expected detectors scored per point (``None``: SEAD).
         gamma: SEAD++ exploration.
@@ -57,7 +57,7 @@ class SEAD(ZooModule):
         normalizer: Literal["quantile_minmax", "cdf"] = "quantile_minmax",
         q_lo: float = 0.01,
         q_hi: float = 0.99,
-        capacity: int = 1024,
+        capacity: int | None = 1024,
         warmup: int = 100,
         sample_k: float | None = None,
         gamma: float = 0.05,
