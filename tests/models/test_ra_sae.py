@@ -58,6 +58,22 @@ def test_archetypal_training_moves_atoms_and_keeps_constraints(trained: dict) ->
         assert (sae.dictionary.get_dictionary() - D0).norm() > 1e-2
 
 
+def test_stand_in_arms_keep_w_at_the_identity(data: torch.Tensor) -> None:
+    """Check the reproduction's RA stand-ins: ``ra-init`` is the untrained RA-SAE (W = I, D = C), and
+    ``ra-frozen-w`` trains Λ, m and the encoder but leaves W exactly at the identity."""
+    kwargs = {"seed": 0, "steps": 100, "num_atoms": 16, "top_k": 2, "delta": 0.5}
+    init, D0, first_r2 = train_arm(data, "ra-init", **kwargs)
+    eye = torch.eye(16)
+    assert torch.equal(init.dictionary.W.detach(), eye) and np.isnan(first_r2)
+    torch.testing.assert_close(init.dictionary.get_dictionary(), init.dictionary.C)
+    torch.testing.assert_close(D0, init.dictionary.C)
+    frozen, D0_frozen, _ = train_arm(data, "ra-frozen-w", **kwargs)
+    d = frozen.dictionary
+    assert torch.equal(d.W.detach(), eye), "the frozen W moved"
+    assert d.Lambda.detach().norm(dim=1).max() > 1e-3, "Λ should still train with W frozen"
+    assert (d.get_dictionary() - D0_frozen).norm() > 1e-2
+
+
 def test_relaxed_dictionary_rows_stay_within_delta(trained: dict) -> None:
     """Check that every RA-SAE relaxation row satisfies ‖Λ_i‖ ≤ δ: atoms lie within δ·e^m of the scaled hull."""
     sae = trained["ra"][0]
