@@ -118,12 +118,27 @@ class TimestepExpertsSchedule(Callback):
             f"TSM phase {index + 1}/{len(self._phases)}: {stage} scale {scale}, t in {t_range}, {steps} steps"
         )
 
+    def _index(self, step: int) -> int:
+        """The phase that trains optimiser step ``step`` (0-based)."""
+        return max(i for i, start in enumerate(self._starts) if start <= step)
+
+    def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
+        # A resumed fit: `setup` entered phase 0, but `configure_optimizers` (it runs after this hook) must build the
+        # optimiser of the phase the checkpoint's optimiser state belongs to, the phase of its last step. That state
+        # then loads into the same parameter groups, and the next batch switches phase (with a fresh optimiser)
+        # exactly where the uninterrupted fit did.
+        if not self._phases:  # not fitting (`zoo test --ckpt_path`): no schedule
+            return
+        index = self._index(max(int(checkpoint.get("global_step", 0)) - 1, 0))
+        if index != self._current:
+            self._enter(trainer, pl_module, index, rebuild=False)
+
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
         step = trainer.global_step
         if step >= self._starts[-1] + self._phases[-1][3]:
             trainer.should_stop = True
             return
-        index = max(i for i, start in enumerate(self._starts) if start <= step)
+        index = self._index(step)
         if index != self._current:
             self._enter(trainer, pl_module, index)
         pl_module.log("tsm/phase", float(self._current), on_step=True, on_epoch=False)

@@ -71,8 +71,27 @@ class TrainingDynamics(Callback):
         self.loss: Tensor | None = None
         self.recorded_epochs = 0
         self.path: Path | None = None
+        self._restored: dict[str, Any] | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        # The record so far goes into checkpoints: a resumed fit (`--ckpt_path last`) continues it instead of starting
+        # over with the epochs before the resume missing (NaN).
+        if self.target_probs is None:
+            return {}
+        tensors = {"target_probs": self.target_probs, "labels": self.labels, "probs": self.probs, "loss": self.loss}
+        return {"recorded_epochs": self.recorded_epochs, **{k: v for k, v in tensors.items() if v is not None}}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._restored = dict(state_dict) or None
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._restored is not None:
+            restored, self._restored = self._restored, None
+            device = pl_module.device
+            self.recorded_epochs = int(restored.pop("recorded_epochs"))
+            self.target_probs, self.labels = (restored.pop(k).to(device) for k in ("target_probs", "labels"))
+            self.probs, self.loss = (restored[k].to(device) if k in restored else None for k in ("probs", "loss"))
+            return
         n = self.num_samples
         if n is None:  # indices are positions in the full training set, also when a subset is kept
             full = getattr(trainer.datamodule, "num_train", None) if trainer.datamodule is not None else None

@@ -19,6 +19,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from datamodules.base import BatchedDataModule
+from datamodules.checks import check_finite
 
 __all__ = ["ActivationsDataModule", "ActivationArray", "make_sparse_concepts"]
 
@@ -31,7 +32,8 @@ def make_sparse_concepts(
     noise: float = 0.05,
     signed: bool = False,
     seed: int = 0,
-) -> tuple[Tensor, Tensor]:
+    return_codes: bool = False,
+) -> tuple[Tensor, ...]:
     """Synthetic activations built from sparse, non-negative combinations of ground-truth concepts.
 
     Ground-truth atoms D* ``(num_atoms, dim)`` are ``|N(0, I)|`` rows (Gaussian rows when ``signed``),
@@ -39,7 +41,9 @@ def make_sparse_concepts(
     ``active`` distinct atoms with weights ``Exp(1) + 0.5``, plus ``N(0, noise²)`` noise (RA-SAE card, §5).
 
     Returns:
-        ``(x, atoms)``: ``(n, dim)`` activations and the ``(num_atoms, dim)`` ground-truth dictionary.
+        ``(x, atoms)``: ``(n, dim)`` activations and the ``(num_atoms, dim)`` ground-truth dictionary; with
+        ``return_codes`` also the ``(n, num_atoms)`` true codes (which concepts each sample holds, with what weight:
+        the identifiability benchmark's ground truth). The draws are the same either way.
 
     Example:
         >>> x, atoms = make_sparse_concepts(100, dim=8, num_atoms=16, seed=0)
@@ -58,7 +62,7 @@ def make_sparse_concepts(
     weights = torch.empty(n, active).exponential_(1.0, generator=g) + 0.5
     codes = torch.zeros(n, num_atoms).scatter_(1, index, weights)
     x = codes @ atoms + noise * torch.randn(n, dim, generator=g)
-    return x, atoms
+    return (x, atoms, codes) if return_codes else (x, atoms)
 
 
 class ActivationArray(Dataset):
@@ -182,6 +186,7 @@ class ActivationsDataModule(BatchedDataModule):
         self.save_hyperparameters()
         self.true_atoms: Tensor | None = None
         self.offset: Tensor | None = None
+        self._files: list[Path] = []  # the user files behind the pools, in order (none for synthetic data)
         self.train_set = self.val_set = self.test_set = None
 
     # ----------------------------------------------------------------------------------------------- loading
@@ -202,11 +207,13 @@ class ActivationsDataModule(BatchedDataModule):
                     f"hold train.npy and test.npy (float32, shape (n, {hp.dim})). Save them with numpy.save, or leave "
                     "source at its default for synthetic data."
                 )
-            return [np.load(root / "train.npy", mmap_mode="r")], [np.load(root / "test.npy", mmap_mode="r")]
+            self._files = [root / "train.npy", root / "test.npy"]
+            return [np.load(self._files[0], mmap_mode="r")], [np.load(self._files[1], mmap_mode="r")]
         from datamodules.activation_cache import read_cache_meta
 
         meta = read_cache_meta(root)
-        return [np.load(root / shard, mmap_mode="r") for shard in meta["shards"]], None
+        self._files = [root / shard for shard in meta["shards"]]
+        return [np.load(file, mmap_mode="r") for file in self._files], None
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:
@@ -219,6 +226,10 @@ class ActivationsDataModule(BatchedDataModule):
                 f"The activations in {hp.data_dir} have width {width}, but data.dim is {hp.dim}. "
                 f"Set data.dim and model.dim to {width}."
             )
+        # Once, before any fitting: a NaN row would otherwise surface in k-means or as a NaN loss much later.
+        if hp.source != "synthetic":
+            for file, array in zip(self._files, pool + (test_pool or []), strict=True):
+                check_finite(array, file)
         full = ActivationArray(pool)
         rng = np.random.default_rng(hp.seed)
         perm = rng.permutation(len(full))
@@ -255,7 +266,7 @@ class ActivationsDataModule(BatchedDataModule):
         return kmeans_centroids(self.train_set.sample(max_points, seed=seed), num_candidates, seed=seed)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"offset": None if self.offset is None else self.offset.tolist()}
+        return {**super().state_dict(), "offset": None if self.offset is None else self.offset.tolist()}
 
     def describe(self) -> str:
         """One line for model cards."""

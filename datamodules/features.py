@@ -29,7 +29,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from datamodules.base import BatchedDataModule, TensorBatches, identity_collate
+from datamodules.base import BatchedDataModule, TensorBatches
+from datamodules.checks import check_finite
 
 __all__ = ["FeatureClusteringDataModule"]
 
@@ -121,15 +122,8 @@ class FeatureClusteringDataModule(BatchedDataModule):
         self.val_set = self.test_set
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(
-            self._require(),
-            batch_size=self.hparams.batch_size,
-            shuffle=True,
-            drop_last=len(self._require()) >= self.hparams.batch_size,
-            collate_fn=identity_collate,
-            num_workers=self.hparams.num_workers,
-            persistent_workers=self.hparams.num_workers > 0,
-        )
+        data = self._require()
+        return self._loader(data, shuffle=True, train=True, drop_last=len(data) >= self.hparams.batch_size)
 
     def describe(self) -> str:
         """One line for model cards."""
@@ -169,14 +163,18 @@ class FeatureClusteringDataModule(BatchedDataModule):
         npy, labels_npy = root / f"{split}_features.npy", root / f"{split}_labels.npy"
         pth, labels_pth = root / f"{split}.pth", root / f"labels_{split}.pth"
         if npy.is_file() and labels_npy.is_file():
+            files = npy, labels_npy
             x, y = torch.from_numpy(np.load(npy)), torch.from_numpy(np.load(labels_npy))
         elif pth.is_file() and labels_pth.is_file():
+            files = pth, labels_pth
             x, y = torch.load(pth, weights_only=True), torch.load(labels_pth, weights_only=True)
         else:
             raise FileNotFoundError(
                 f"no {split} features in {root}: expected {npy.name} and {labels_npy.name} (numpy) or {pth.name} and "
                 f"{labels_pth.name} (the official release), features (N, F) and labels (N,)"
             )
+        for file, array in zip(files, (x, y), strict=True):  # before the casts: a NaN label would become garbage
+            check_finite(torch.as_tensor(array), file)
         x, y = torch.as_tensor(x).float(), torch.as_tensor(y).long().reshape(-1)
         if x.dim() != 2 or len(x) != len(y):
             raise ValueError(f"{split}: features must be (N, F) with N labels, got {tuple(x.shape)} and {len(y)}")
@@ -203,5 +201,7 @@ class FeatureClusteringDataModule(BatchedDataModule):
         if meta["count"] != len(labels):
             raise ValueError(f"the cache {cache} holds {meta['count']} rows but {folder} has {len(labels)} images")
         arrays = [np.load(cache / shard, mmap_mode="r") for shard in meta["shards"]]
+        for shard, array in zip(meta["shards"], arrays, strict=True):  # float16 overflow is stored as inf
+            check_finite(array, cache / shard)
         data = ActivationArray(arrays)
         return data.__getitems__(np.arange(len(data))), labels

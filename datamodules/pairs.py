@@ -19,6 +19,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from datamodules.base import BatchedDataModule
+from datamodules.checks import check_finite
 
 __all__ = ["PairDataset", "ToyPairDataModule", "ImagePairDataModule", "toy_distribution", "TOY_DISTRIBUTIONS"]
 
@@ -126,6 +127,7 @@ def _load_npy(path: str) -> Tensor:
     x = np.load(file, allow_pickle=False)
     if x.ndim != 2:
         raise ValueError(f"{file} holds an array of shape {x.shape}; expected (n, D)")
+    check_finite(x, file)
     return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
 
 

@@ -16,14 +16,15 @@ from __future__ import annotations
 import csv
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from datamodules.base import BatchedDataModule, identity_collate
+from datamodules.base import BatchedDataModule
+from datamodules.checks import check_finite
 
 __all__ = ["StreamDataModule", "StreamDataset", "make_drifting_stream"]
 
@@ -160,6 +161,8 @@ def _read_csv(path: Path, label_column: str | int) -> tuple[np.ndarray, np.ndarr
             has_header = True
     header = [h.strip() for h in next(csv.reader([sample.split("\n", 1)[0]], delimiter=delimiter))]
     table = np.genfromtxt(path, delimiter=delimiter, skip_header=int(has_header), dtype=np.float64, ndmin=2)
+    # Empty or non-numeric cells read as NaN too; name the file's line (1-based, header counted) and column.
+    check_finite(table, path, first_row=1 + int(has_header), unit="line")
     if isinstance(label_column, str):
         if not has_header or label_column not in header:
             found = f"its header is {header}" if has_header else "it has no header row"
@@ -297,12 +300,9 @@ class StreamDataModule(BatchedDataModule):
         y = np.asarray(y).reshape(-1)
         if X.ndim != 2 or X.shape[0] != y.shape[0]:
             raise ValueError(f"Expected X of shape (n, d) and y of n labels in {path}, got {X.shape} and {y.shape}.")
-        bad = ~np.isfinite(X).all(axis=1)
-        if bad.any():
-            raise ValueError(
-                f"{path} holds NaN or inf features, first in row {int(np.argmax(bad))} (0-based, file order, "
-                f"{int(bad.sum())} rows in all). Impute or drop those rows before streaming."
-            )
+        if hp.source != "csv":  # a csv was checked as a whole table while read (its lines and file columns)
+            check_finite(X, f"{path} (array X)")  # rows in file order, 0-based, before any permutation
+            check_finite(y, f"{path} (array y)")
         if hp.anomaly_label is not None:
             return X, (y.astype(np.float64) == float(hp.anomaly_label)).astype(np.int64)
         values = np.unique(y)
@@ -338,17 +338,9 @@ class StreamDataModule(BatchedDataModule):
             self.train_set = Subset(stream, range(warm))  # Subset forwards __getitems__: still one call per batch
             self.val_set = self.test_set = Subset(stream, range(warm, len(stream)))
 
-    def _loader(self, dataset: Dataset | None, shuffle: bool) -> DataLoader:
-        if dataset is None:
-            raise RuntimeError(f"Call {type(self).__name__}.setup() before asking for a dataloader.")
-        return DataLoader(
-            dataset,
-            batch_size=self.hparams.chunk_size,
-            shuffle=False,  # a stream is never shuffled, not even for "fit"
-            collate_fn=identity_collate,
-            num_workers=self.hparams.num_workers,
-            persistent_workers=self.hparams.num_workers > 0,
-        )
+    def _loader(self, dataset: Dataset | None, shuffle: bool, **kwargs: Any) -> DataLoader:
+        # A stream is never shuffled, not even for "fit"; batches are chunks of `chunk_size` contiguous points.
+        return super()._loader(dataset, shuffle=False, **{**kwargs, "batch_size": self.hparams.chunk_size})
 
     # ----------------------------------------------------------------------------------------------- hooks
     @property

@@ -4,15 +4,52 @@ the evaluation steps of the image classifiers built on it."""
 from __future__ import annotations
 
 import math
+import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from huggingface_hub import PyTorchModelHubMixin
 from lightning import LightningModule
 from torch import Tensor, nn
 
 __all__ = ["ImageClassifier", "ZooModule"]
+
+
+_RNG_KEY = "zoo_rng_states"
+
+
+def _rng_states() -> dict[str, Any]:
+    """The global random states of torch (CPU and, once initialised, CUDA), numpy and Python, in types that a
+    ``weights_only`` ``torch.load`` reads back (numpy's key array as a tensor)."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": cuda,
+        "numpy": {
+            "name": name,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
+        "python": random.getstate(),
+    }
+
+
+def _set_rng_states(states: dict[str, Any]) -> None:
+    """Restore what ``_rng_states`` collected; CUDA states only onto as many devices as were saved."""
+    torch.set_rng_state(states["torch"])
+    cuda = states.get("cuda") or []
+    if cuda and torch.cuda.is_available() and torch.cuda.device_count() == len(cuda):
+        torch.cuda.set_rng_state_all(cuda)
+    n = states["numpy"]
+    keys = n["keys"].numpy().astype(np.uint32)
+    np.random.set_state((n["name"], keys, n["pos"], n["has_gauss"], n["cached_gaussian"]))
+    version, internal, gauss = states["python"]
+    random.setstate((version, tuple(internal), gauss))
 
 
 class ZooModule(LightningModule, PyTorchModelHubMixin, library_name="zoo", tags=["zoo"]):
@@ -24,7 +61,9 @@ class ZooModule(LightningModule, PyTorchModelHubMixin, library_name="zoo", tags=
     is checked before use, the state dict must match exactly, and a pickle file is never read.
 
     Subclasses call ``self.save_hyperparameters()`` and take JSON-serialisable init arguments only.
-    A ``training_step`` returning a non-finite loss stops training with the step number.
+    A ``training_step`` returning a non-finite loss stops training with the step number. Checkpoints also hold the
+    global random states (torch, CUDA, numpy, Python), restored when a fit resumes, so that a resumed fit draws the
+    same data orders and noise as an uninterrupted one; subclasses overriding ``on_save_checkpoint`` call ``super()``.
     """
 
     @classmethod
@@ -57,6 +96,19 @@ class ZooModule(LightningModule, PyTorchModelHubMixin, library_name="zoo", tags=
         model = cls(**model_kwargs)
         hub.load_weights(model, folder, map_location=map_location, strict=strict)
         return model.eval()
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Lightning keeps no RNG state in checkpoints, yet the shuffled order of every epoch (RandomSampler draws its
+        # seed from the global torch RNG) and the noise of training steps come from it: without this, a resumed fit
+        # trains on other orders and noise than the uninterrupted one. Subclasses that override this call super().
+        checkpoint[_RNG_KEY] = _rng_states()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Only when resuming a fit: loading weights to evaluate must not reseed the caller's random streams. The
+        # restore runs after `setup` (model init, k-means, data splits), so what those drew does not matter.
+        trainer = self._trainer
+        if _RNG_KEY in checkpoint and trainer is not None and trainer.state.fn == "fit":
+            _set_rng_states(checkpoint[_RNG_KEY])
 
     def on_before_backward(self, loss: torch.Tensor) -> None:
         # Checked before backward, so NaN gradients never reach the weights. The loss is read back for the

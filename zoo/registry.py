@@ -124,7 +124,7 @@ _SEAD = _Family(
 
 _DUAL = _Family(
     module="zoo.models.dual.DualClassifier",
-    datamodule="datamodules.images.PrunableImageDataModule",
+    datamodule="zoo.models.dual.data.PrunableImageDataModule",
     paper=Paper(
         "Lightweight Dataset Pruning without Full Training via Example Difficulty and Prediction Uncertainty",
         code="https://github.com/behaapyy/dual-pruning",
@@ -165,7 +165,7 @@ _BACKTRACK = _Family(
 )
 _BACKTRACK_PROBE = _Family(
     module="zoo.models.backtrack_sampling.VerifierProbe",
-    datamodule="datamodules.grammar.PrefixErrorDataModule",
+    datamodule="zoo.models.backtrack_sampling.probe_data.PrefixErrorDataModule",
     paper=_BACKTRACK_PAPER,
     tags=("verifier", "probe"),
 )

@@ -18,7 +18,7 @@ import torch
 from lightning import Callback, Trainer
 
 from callbacks import TrainingDynamics
-from datamodules.images import PrunableImageDataModule
+from zoo.models.dual.data import PrunableImageDataModule
 from zoo.models.dual import DualClassifier
 
 

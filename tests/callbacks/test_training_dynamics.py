@@ -90,7 +90,7 @@ import sys
 import torch
 from lightning import Trainer
 from callbacks import TrainingDynamics
-from datamodules.images import PrunableImageDataModule
+from zoo.models.dual.data import PrunableImageDataModule
 from zoo.models.dual import DualClassifier
 
 torch.manual_seed(0)
@@ -127,7 +127,7 @@ def test_ddp_gathers_every_sample_once_per_epoch(tmp_path) -> None:
     assert saved["target_probs"].shape == (2, 1297) and not np.isnan(saved["target_probs"]).any()
     assert saved["probs"].shape == (2, 1297, 10)
     # Each record sits at its own sample's index, with the value one process computes for that sample.
-    from datamodules.images import PrunableImageDataModule
+    from zoo.models.dual.data import PrunableImageDataModule
     from zoo.models.dual import DualClassifier
 
     torch.manual_seed(0)

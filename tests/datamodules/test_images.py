@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from datamodules.images import ImageDataModule, PrunableImageDataModule
+from datamodules.images import ImageDataModule
+from zoo.models.dual.data import PrunableImageDataModule
 
 
 def test_default_batches_are_images_and_labels() -> None:

@@ -10,7 +10,8 @@ import torch
 from lightning import Trainer
 
 from callbacks import TrainingDynamics
-from datamodules.images import PrunableImageDataModule, random_crop_flip
+from datamodules.images import random_crop_flip
+from zoo.models.dual.data import PrunableImageDataModule
 from zoo.models.dual import DualClassifier
 
 

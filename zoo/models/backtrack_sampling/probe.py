@@ -18,7 +18,7 @@ class VerifierProbe(ZooModule):
 
     As in the official ``train_err_pred.py``: positives are the hidden states at the first error token of erroneous
     generations, negatives an earlier position of the same generation or a random position of a correct one
-    (``datamodules.grammar.PrefixErrorDataModule`` builds them). Errors are rarer than correct prefixes, so the loss
+    (``zoo.models.backtrack_sampling.probe_data.PrefixErrorDataModule`` builds them). Errors are rarer than correct prefixes, so the loss
     is class-balanced by default. :meth:`verifier` is the sampler-facing callable ``(tokens, lengths, hidden) ->
     P(error)``.
 

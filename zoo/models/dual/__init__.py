@@ -1,5 +1,6 @@
 """DUAL: dataset pruning from early training dynamics, difficulty × uncertainty (Cho et al., ICML 2025)."""
 
+from zoo.models.dual.data import PrunableImageDataModule
 from zoo.models.dual.module import DualClassifier, build_backbone
 from zoo.models.dual.scores import (
     aum_score,
@@ -18,6 +19,7 @@ from zoo.models.dual.scores import (
 
 __all__ = [
     "DualClassifier",
+    "PrunableImageDataModule",
     "build_backbone",
     "aum_score",
     "beta_select",

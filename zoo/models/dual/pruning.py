@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from datamodules.checks import check_finite
 from zoo.models.dual.module import build_backbone, cosine_schedule
 from zoo.models.dual.scores import (
     beta_select,
@@ -103,6 +104,9 @@ def load_record(path: str | Path, n: int) -> dict[str, Tensor]:
     else:
         record = {"score": torch.from_numpy(np.load(file, allow_pickle=False)).double().flatten()}
         length = len(record["score"])
+    # A NaN score (a sample TrainingDynamics never saw in some epoch, or a broken file) would be ranked arbitrarily.
+    for key, values in record.items():
+        check_finite(values, f"{file} ({key})" if file.suffix == ".npz" else file)
     if length != n:
         raise ValueError(f"the score file {file} covers {length} samples but the training set has {n}")
     return record

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from datamodules.images import PrunableImageDataModule
+from zoo.models.dual.data import PrunableImageDataModule
 from zoo.claims import Check, Claim
 from zoo.models.dual.module import DualClassifier
 from zoo.models.dual.pruning import sgd_fit

@@ -163,6 +163,7 @@ class RASAE(ZooModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.sae.dictionary.project_()
+        super().on_save_checkpoint(checkpoint)  # the random states, so a resumed fit is the uninterrupted one
 
     def _save_pretrained(self, save_directory: Path) -> None:
         self.sae.dictionary.project_()
