@@ -10,7 +10,8 @@ from lightning import Trainer
 
 import zoo
 from datamodules.base import TensorBatches
-from datamodules.grammar import DyckDataModule, error_pairs
+from datamodules.grammar import DyckDataModule
+from zoo.models.backtrack_sampling.probe_data import error_pairs
 from zoo.models.backtrack_sampling import (
     BOS,
     EOS,
@@ -574,6 +575,20 @@ def test_always_flagging_verifier_terminates_within_the_quota() -> None:
         if not forbid:  # each backtrack erases the single token generated since the prompt
             assert out.backtracks.tolist() == [quota] * 12
             assert torch.equal(out.queries, 12 - prompt_lengths + quota)
+
+
+def test_random_verifier_stand_in_flags_at_its_rate_whatever_the_prefix() -> None:
+    """Check that the reproduction's uninformative verifier flags a share ``rate`` of prefixes (P(error) 0 or 1),
+    independently of the hidden state, and that its seeded stream reproduces."""
+    from zoo.models.backtrack_sampling.reproduce import random_verifier
+
+    hidden = torch.cat([torch.zeros(10000, 64), torch.ones(10000, 64)])
+    flags = random_verifier(0.3, torch.Generator().manual_seed(0))(None, None, hidden)
+    assert set(flags.unique().tolist()) <= {0.0, 1.0}
+    assert abs(float(flags.mean()) - 0.3) < 0.02
+    assert abs(float(flags[:10000].mean()) - float(flags[10000:].mean())) < 0.03
+    again = random_verifier(0.3, torch.Generator().manual_seed(0))(None, None, hidden)
+    assert torch.equal(flags, again)
 
 
 # ------------------------------------------------------------------------------------------- rejection, best-of-N
