@@ -401,3 +401,34 @@ def test_a_tsm_model_starts_assembled_and_refuses_to_fit_without_a_phase() -> No
     trainer = Trainer(max_steps=1, logger=False, enable_progress_bar=False, enable_checkpointing=False)
     with pytest.raises(RuntimeError, match="TimestepExpertsSchedule"):
         trainer.fit(model, DomainShiftDataModule("target", batch_size=16))
+
+
+def test_reproduction_stage_two_arms_start_from_the_same_fostered_experts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Check the reproduction's compute-matched stand-in: ``tsm_2stage`` and ``tsm_core_more`` both start from the
+    seed's TSM-1stage weights; the router arm changes only the router, the core arm only the finest scale's experts
+    (its router stays zero, so it is evaluated as core only), and both count the same steps."""
+    from zoo.models.tsm import reproduce
+
+    states: dict[str, dict[str, Tensor]] = {}
+    current: list[str] = []
+
+    def record(model: TSMDiffusion, dm: DomainShiftDataModule) -> dict[str, float]:
+        states[current[-1]] = {k: v.detach().clone() for k, v in model.unet.state_dict().items()}
+        return {"mse": 0.0}
+
+    monkeypatch.setattr(reproduce, "_test", record)
+    monkeypatch.setattr(reproduce, "_mean_gate", lambda model, dm: 0.0)
+    base = {k: v.clone() for k, v in tsm("pretrain").unet.state_dict().items()}
+    arms = reproduce._Arms(base, steps=4, router_steps=2)
+    for arm in ("tsm_1stage", "tsm_2stage", "tsm_core_more"):
+        current.append(arm)
+        arms(arm, seed=0)
+    fostered, routed, core = states["tsm_1stage"], states["tsm_2stage"], states["tsm_core_more"]
+
+    def changed(state: dict[str, Tensor]) -> set[str]:
+        return {k for k in fostered if not torch.equal(state[k], fostered[k])}
+
+    assert changed(routed) and all(".router." in k or ".time_gate." in k for k in changed(routed))
+    assert changed(core) and all(k.endswith(("lora_A.0", "lora_B.0")) for k in changed(core))
+    assert all(not v.any() for k, v in core.items() if ".router." in k or ".time_gate." in k)
+    assert arms.static["tsm_2stage/steps"] == arms.static["tsm_core_more/steps"] == 3 * 4 + 2
