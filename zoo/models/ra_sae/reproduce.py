@@ -10,7 +10,11 @@ The RA-SAE card's §5 experiment, as a plain loop over the pure-torch parts (no 
   (Λ, m and the encoder train, the archetypal mixing does not);
 * metrics: stability (Hungarian-matched signed cosine) between the two runs of a seed pair, also restricted to
   atoms alive in both runs; test R²; dead-atom fraction; how far W left the identity; and the floors (two sets of
-  random data points, two Gaussian dictionaries).
+  random data points, two Gaussian dictionaries);
+* the paper's two benchmarks, for every arm (``zoo.models.ra_sae.benchmarks``): identifiability on the same runs
+  (matched cosine to the true concepts, best-atom AUROC at telling which concepts a test sample holds), and
+  plausibility on a real backbone's activations (each arm trained on a digits CNN's 64-d penultimate layer, scored
+  by its best atom cosine with each class direction of a linear probe). Both are reported, not asserted.
 
 Seeds are run r = 0, 1, 2 (full run): each arm's results are per *seed pair* (0, 1), (0, 2), (1, 2), stored as
 ``<setting>/<arm>/<metric>/seed<p>`` for pair index p (R², dead fraction and W's distance from the identity are
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +37,7 @@ from torch import Tensor
 
 from zoo.claims import Check, Claim
 from zoo.metrics.dictionary_stability import dictionary_stability, stability_floor_gaussian, stability_floor_points
+from zoo.models.ra_sae.benchmarks import digits_backbone_activations, identifiability, plausibility, probe_directions
 from zoo.models.ra_sae.sae import SparseAutoencoder, sae_loss
 from zoo.nn.kmeans import kmeans_centroids
 from zoo.reporting import arm_table, conclude, run_arms
@@ -99,10 +104,10 @@ def train_arm(
 
 
 @torch.no_grad()
-def _evaluate(sae: SparseAutoencoder, x: Tensor) -> tuple[float, Tensor]:
+def _evaluate(sae: SparseAutoencoder, x: Tensor) -> tuple[float, Tensor, Tensor]:
     _, codes, x_hat = sae(x)
     r2 = 1 - (x - x_hat).square().sum() / ((x - x.mean()).square().sum() + 1e-6)  # official scalar-mean R²
-    return float(r2), (codes > 0).any(0)
+    return float(r2), (codes > 0).any(0), codes
 
 
 def _w_off_identity(sae: SparseAutoencoder) -> float | None:
@@ -289,9 +294,17 @@ def run(quick: bool = False, out: Path | str | None = None, seeds: int | None = 
         flat results, e.g. ``results["raw/k256/ra/stability"]`` (mean over seed pairs) and
         ``results["raw/k256/ra/stability/seed0"]`` (pair 0), plus ``claims/...`` (1.0 when a claim holds).
     """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models: one thread is fastest and does not stall on a shared CPU
+    try:
+        return _run(quick, out, seeds)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(quick: bool, out: Path | str | None, seeds: int | None) -> dict[str, Any]:
     from datamodules.activations import make_sparse_concepts
 
-    torch.set_num_threads(1)  # tiny models: one thread is fastest and does not stall on a shared CPU
     steps = 1500 if quick else 3000
     n_seeds = seeds or (2 if quick else 3)
     kstars = (256,) if quick else (48, 256)
@@ -301,8 +314,9 @@ def run(quick: bool = False, out: Path | str | None = None, seeds: int | None = 
     start = time.perf_counter()
     settings: list[str] = []
     for kstar in kstars:
-        pool, _ = make_sparse_concepts(20_000, 32, kstar, 3, 0.05, seed=0)
+        pool, true_atoms, true_codes = make_sparse_concepts(20_000, 32, kstar, 3, 0.05, seed=0, return_codes=True)
         test = pool[:4000]  # held out from every run
+        truth = (true_atoms, true_codes[:4000] > 0)  # the identifiability benchmark's ground truth on the test rows
         train_pool = pool[4000:]
         subsets = [
             torch.randperm(len(train_pool), generator=torch.Generator().manual_seed(100 + r))[: len(train_pool) // 2]
@@ -315,21 +329,34 @@ def run(quick: bool = False, out: Path | str | None = None, seeds: int | None = 
             centre = train_pool.mean(0) if prep == "centred" else torch.zeros(32)
             results[f"{key}/floor_points"] = float(stability_floor_points(train_pool - centre, 64, generator=g))
             results[f"{key}/floor_gaussian"] = float(stability_floor_gaussian(64, 32, generator=g))
-            one_run = _run_cache(train_pool, test, subsets, prep == "centred", steps)
+            one_run = _run_cache(train_pool, test, subsets, prep == "centred", steps, truth)
             run_arms(arms, range(len(pairs)), _pair_metrics(one_run, pairs), prefix=f"{key}/", results=results)
+    _plausibility(arms, range(len(pairs) if quick else n_seeds), steps, results)
     claims, checks = _claims(settings)
     results["seconds"] = time.perf_counter() - start
     tables = [
         arm_table(
             results,
             arms,
-            ("stability", "stability_alive", "r2", "dead_fraction", "w_off_identity"),
+            ("stability", "stability_alive", "r2", "dead_fraction", "w_off_identity", "identifiability_cosine",
+             "identifiability_auroc"),
             title=f"{key}: stability across runs ({len(pairs)} seed pair(s), {steps} steps); floors: random points "
             f"{results[f'{key}/floor_points']:.2f}, Gaussian {results[f'{key}/floor_gaussian']:.2f}",
             labels={a: ARMS[a]["label"] for a in arms},
             prefix=f"{key}/",
         )
         for key in settings
+    ] + [
+        arm_table(
+            results,
+            arms,
+            ("plausibility", "r2"),
+            title="plausibility: best atom cosine with each class direction of a linear probe, averaged over the 10 "
+            f"classes (a digits CNN's 64-d penultimate activations, test accuracy "
+            f"{results['plausibility/backbone_accuracy']:.3f}; probe accuracy {results['plausibility/probe_accuracy']:.3f})",
+            labels={a: ARMS[a]["label"] for a in arms},
+            prefix="plausibility/",
+        )
     ]
     return conclude(
         "ra-sae",
@@ -343,8 +370,30 @@ def run(quick: bool = False, out: Path | str | None = None, seeds: int | None = 
     )
 
 
+def _plausibility(arms: Sequence[str], seeds: Sequence[int], steps: int, results: dict[str, Any]) -> None:
+    """The plausibility benchmark for every arm: SAEs on a real (small) backbone's activations, scored against the
+    class directions of a linear probe on the same activations (``zoo.models.ra_sae.benchmarks``)."""
+    acts = digits_backbone_activations(seed=0)
+    x, labels = acts["train"], acts["train_labels"]
+    directions = probe_directions(x, labels)
+    # The probe's own held-out accuracy, so the directions are known to carry the classes.
+    scores = acts["test"] @ directions.T
+    results["plausibility/probe_accuracy"] = float((scores.argmax(1) == acts["test_labels"]).float().mean())
+    results["plausibility/backbone_accuracy"] = float(acts["test_accuracy"])
+    # A fresh k-means start per arm and seed, as in the stability grid; the activations are left raw (post-ReLU,
+    # non-negative, as vision backbones' are).
+    spare = acts["test"]
+
+    def arm(name: str, seed: int) -> dict[str, float]:
+        sae, _, _ = train_arm(x, name, seed=seed, steps=steps)
+        r2, _, _ = _evaluate(sae, spare)
+        return {"plausibility": plausibility(sae.dictionary.get_dictionary(), directions), "r2": r2}
+
+    run_arms(arms, seeds, arm, prefix="plausibility/", results=results)
+
+
 def _run_cache(
-    train_pool: Tensor, test: Tensor, subsets: list[Tensor], centred: bool, steps: int
+    train_pool: Tensor, test: Tensor, subsets: list[Tensor], centred: bool, steps: int, truth: tuple[Tensor, Tensor]
 ) -> Callable[[str, int], dict[str, Any]]:
     """``one_run(arm, r)``: train arm ``arm`` on run ``r``'s subset once (cached: each run is in two seed pairs)."""
     cache: dict[tuple[str, int], dict[str, Any]] = {}
@@ -354,9 +403,12 @@ def _run_cache(
             x = train_pool[subsets[r]]
             mu = x.mean(0) if centred else torch.zeros(x.shape[1])  # each run centres with its own subset
             sae, D0, _ = train_arm(x - mu, arm, seed=r, steps=steps)
-            r2, alive = _evaluate(sae, test - mu)
+            r2, alive, codes = _evaluate(sae, test - mu)
             D = sae.dictionary.get_dictionary()
+            found = identifiability(D, codes, *truth)
             cache[(arm, r)] = {
+                "identifiability_cosine": found["matched_cosine"],
+                "identifiability_auroc": found["auroc"],
                 "D": D,
                 "alive": alive,
                 "r2": r2,
@@ -383,6 +435,7 @@ def _pair_metrics(
             "r2": (a["r2"] + b["r2"]) / 2,
             "dead_fraction": 1 - float((a["alive"].float().mean() + b["alive"].float().mean()) / 2),
             "moved": (a["moved"] + b["moved"]) / 2,
+            **{k: (a[k] + b[k]) / 2 for k in ("identifiability_cosine", "identifiability_auroc")},
         }
         if a["w_off_identity"] is not None:
             metrics["w_off_identity"] = (a["w_off_identity"] + b["w_off_identity"]) / 2
