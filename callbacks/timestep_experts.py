@@ -104,7 +104,8 @@ class TimestepExpertsSchedule(Callback):
         dropped = len(phases) - len(kept)
         rank_zero_warn(
             f"trainer.max_steps={max_steps} is shorter than the TSM schedule ({total} steps): every phase is scaled "
-            f"down to fit; phases run: {ran}" + (f"; the last {dropped} phase(s) do not fit and are skipped" if dropped else "")
+            f"down to fit; phases run: {ran}"
+            + (f"; the last {dropped} phase(s) do not fit and are skipped" if dropped else "")
         )
         return kept
 

@@ -50,7 +50,8 @@ _SEED_KEY = re.compile(r"^(?P<base>.+)/seed(?P<seed>\d+)$")
 
 
 def _bounds_text(at_least: float | None, at_most: float | None) -> str:
-    parts = ([f">= {at_least:g}"] if at_least is not None else []) + ([f"<= {at_most:g}"] if at_most is not None else [])
+    parts = [f">= {at_least:g}"] if at_least is not None else []
+    parts += [f"<= {at_most:g}"] if at_most is not None else []
     return " and ".join(parts)
 
 

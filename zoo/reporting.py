@@ -103,7 +103,9 @@ def arm_table(
     return table
 
 
-def print_claims(console: Any, results: Mapping[str, Any], claims: Sequence[Claim] = (), checks: Sequence[Check] = ()) -> None:
+def print_claims(
+    console: Any, results: Mapping[str, Any], claims: Sequence[Claim] = (), checks: Sequence[Check] = ()
+) -> None:
     """One table of the claims (the method's number, each stand-in's, the seeds it held on) and one of the checks."""
     from rich.table import Table
 
@@ -117,7 +119,8 @@ def print_claims(console: Any, results: Mapping[str, Any], claims: Sequence[Clai
             if not c.asserted:
                 mark = f"reported: {'held' if verdict == 1.0 else 'did not hold'}"
             stand_ins = "; ".join(
-                f"{arm} {results[f'values/{c.name}/{arm}']:.4g} {'x' if results[f'rejects/{c.name}/{arm}'] else 'PASSES'}"
+                f"{arm} {results[f'values/{c.name}/{arm}']:.4g} "
+                + ("x" if results[f"rejects/{c.name}/{arm}"] else "PASSES")
                 for arm in c.stand_ins
             )
             held = results.get(f"seeds_held/{c.name}")

@@ -48,10 +48,10 @@ GateActivation = Literal["none", "sigmoid", "softmax"]
 def expert_index(t: Tensor, n: int, num_timesteps: int = 1000, check: bool = True) -> Tensor:
     """The 0-indexed interval ``floor(t · n / T)`` of each timestep in ``t`` (floats are floored first).
 
-    Timesteps lie in [0, T]: float ones come from Euler and flow-matching schedulers (``FlowMatchEulerDiscreteScheduler``
-    starts at t = T = 1000.0), and t = T lands in the last interval with T − 1. Raises ``ValueError`` outside [0, T]
-    (``check=False`` skips the test, which reads the tensor back to the host: the layers route with it off, after the
-    model's pre-hook checked the call's timesteps once).
+    Timesteps lie in [0, T]: float ones come from Euler and flow-matching schedulers
+    (``FlowMatchEulerDiscreteScheduler`` starts at t = T = 1000.0), and t = T lands in the last interval with T − 1.
+    Raises ``ValueError`` outside [0, T] (``check=False`` skips the test, which reads the tensor back to the host: the
+    layers route with it off, after the model's pre-hook checked the call's timesteps once).
 
     Example:
         >>> expert_index(torch.tensor([0, 249, 250, 999]), 4).tolist()
@@ -204,7 +204,7 @@ class _TimestepExperts(nn.Module):
 
 
 class TimestepExpertsLinear(_TimestepExperts):
-    """LoRA timestep experts around an ``nn.Linear``: ``A[j]`` ``(n_j, r, k)`` (Kaiming), ``B[j]`` ``(n_j, d, r)`` (zero).
+    """LoRA timestep experts around an ``nn.Linear``: ``A[j]`` ``(n_j, r, k)`` (Kaiming), ``B[j]`` ``(n_j, d, r)`` (0).
 
     Example:
         >>> layer = TimestepExpertsLinear(nn.Linear(8, 6), scales=(4, 2, 1), rank=2)

@@ -115,5 +115,6 @@ class PrefixErrorDataModule(BatchedDataModule):
         hp = self.hparams
         return (
             f"first-error / earlier-position prefixes of {hp.num_prompts} plain-sampled completions by `{hp.lm}` "
-            f"(half in distribution, half shifted prompts), labelled by the exact verifier, split 80/10/10 (seed {hp.seed})"
+            "(half in distribution, half shifted prompts), labelled by the exact verifier, split 80/10/10 "
+            f"(seed {hp.seed})"
         )

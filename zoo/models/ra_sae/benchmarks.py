@@ -53,7 +53,9 @@ def best_atom_auroc(codes: Tensor, presence: Tensor) -> Tensor:
         ``(num_concepts,)`` float64.
     """
     if codes.ndim != 2 or presence.ndim != 2 or len(codes) != len(presence):
-        raise ValueError(f"codes (n, k) and presence (n, k*) must share n, got {tuple(codes.shape)}, {tuple(presence.shape)}")
+        raise ValueError(
+            f"codes (n, k) and presence (n, k*) must share n, got {tuple(codes.shape)}, {tuple(presence.shape)}"
+        )
     ranks = _average_ranks(codes)  # (n, k)
     pos = presence.to(torch.float64).cpu()
     p = pos.sum(0)  # (k*,)

@@ -96,7 +96,7 @@ class BatchTopKEncoder(TopKEncoder):
 
 
 class _JumpReLU(torch.autograd.Function):
-    """z · H(z − θ) with the pseudo-derivative of Rajamanoharan et al. (2024) for θ: −(θ/ε) K((z − θ)/ε), K = 1[|u| < ½]."""
+    """z · H(z − θ), with Rajamanoharan et al.'s (2024) pseudo-derivative for θ: −(θ/ε) K((z − θ)/ε), K = 1[|u| < ½]."""
 
     @staticmethod
     def forward(ctx: Any, z: Tensor, theta: Tensor, eps: float) -> Tensor:

@@ -353,7 +353,8 @@ def _run(quick: bool, out: Path | str | None, seeds: int | None) -> dict[str, An
             ("plausibility", "r2"),
             title="plausibility: best atom cosine with each class direction of a linear probe, averaged over the 10 "
             f"classes (a digits CNN's 64-d penultimate activations, test accuracy "
-            f"{results['plausibility/backbone_accuracy']:.3f}; probe accuracy {results['plausibility/probe_accuracy']:.3f})",
+            f"{results['plausibility/backbone_accuracy']:.3f}; probe accuracy "
+            f"{results['plausibility/probe_accuracy']:.3f})",
             labels={a: ARMS[a]["label"] for a in arms},
             prefix="plausibility/",
         )
