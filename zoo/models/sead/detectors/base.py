@@ -1,16 +1,7 @@
-"""The base of SEAD's streaming anomaly detectors (card §2, §5, §6): plain torch, vectorised over chunks of the stream.
+"""``StreamDetector``, the base every SEAD detector subclasses, and the ring-buffer and band helpers they share.
 
-Every detector follows the prequential order of SEAD (card §2.4, §9): ``score(x)`` uses only the points learned
-so far, then ``learn(x)`` inserts x. ``score_learn_chunk(X)`` runs that order over an ordered chunk ``(B, d)`` in a
-few batched tensor ops: row b is scored by the state that has learnt rows 0..b-1 of the chunk (band masks over the
-window, prefix sums and counts within the chunk), so its scores equal ``B`` calls of ``score_learn`` (tested), only
-without per-point overhead. Each detector has one implementation, ``_process(X, score, learn)``; the per-point
-methods are its chunk of one row. The *entire* state of a detector is registered buffers (windows, counters,
-histograms, trees, sums), so ``state_dict`` / safetensors checkpoint and restore a warmed-up detector exactly; the
-only Python attributes are constants of the config.
-
-The paper used the PySAD implementations (card §5); these are re-implementations from the algorithms'
-descriptions, not ports, and their scores are raw (SEAD's normaliser maps them to [0, 1]).
+The prequential contract (score with what was learnt so far, then learn) and the all-buffers state are described in
+``zoo.models.sead.detectors``.
 """
 
 from __future__ import annotations
