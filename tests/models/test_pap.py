@@ -161,3 +161,34 @@ def test_bad_inputs_fail_with_one_clear_error_each() -> None:
         prompt(torch.rand(2, 1, 4, 5), torch.tensor([0, 1]))
     with pytest.raises(ValueError, match="one label per image"):
         prompt(torch.rand(2, 3, 4, 5), torch.tensor([0]))
+
+
+def test_pixel_prompt_adds_the_selected_class_delta_inside_its_mask_and_clamps() -> None:
+    from zoo.models.pap import PixelPrompt
+
+    prompt = PixelPrompt(3, (1, 6, 6), border=1)
+    with torch.no_grad():
+        prompt.delta.copy_(torch.arange(3.0).view(3, 1, 1, 1).expand(3, 1, 6, 6) * 0.2)
+    x = torch.full((2, 1, 6, 6), 0.5)
+    out = prompt(x, torch.tensor([1, 2]))
+    assert torch.allclose(out[0, 0, 0], torch.full((6,), 0.7)) and torch.allclose(out[1, 0, 0], torch.full((6,), 0.9))
+    assert torch.equal(out[:, :, 1:5, 1:5], x[:, :, 1:5, 1:5])  # the centre is not prompted
+    with torch.no_grad():
+        prompt.delta.fill_(3.0)
+    assert out.max() <= 1 and prompt(x, torch.tensor([0, 0])).max() == 1.0
+    with pytest.raises(ValueError, match="border must be"):
+        PixelPrompt(3, (1, 6, 6), border=3)
+    with pytest.raises(ValueError, match=r"labels must be in \[0, 3\)"):
+        prompt(x, torch.tensor([0, 5]))
+
+
+def test_matched_norm_random_prompt_keeps_each_class_norm_and_forgets_the_prompt() -> None:
+    from zoo.models.pap import matched_norm_random_prompt
+
+    prompt = _prompt()
+    before = {n: p.detach().clone() for n, p in prompt.named_parameters()}
+    matched_norm_random_prompt(prompt, torch.Generator().manual_seed(0))
+    for name, param in prompt.named_parameters():
+        torch.testing.assert_close(param.flatten(1).norm(dim=1), before[name].flatten(1).norm(dim=1))
+        cosine = nn.functional.cosine_similarity(param.flatten(1), before[name].flatten(1), dim=1)
+        assert cosine.abs().max() < 0.7

@@ -1,0 +1,73 @@
+"""The prompts PAP is compared with (card §5, §6 and Review notes): the pixel-space class-wise additive prompt (a
+C-AVP proxy) and a random prompt of matched norm (the control that any input change passes a non-adaptive attack).
+
+Both take ``(x, labels)`` like :class:`~zoo.models.pap.prompt.PhaseAmplitudePrompt`, so the same predicted-label
+selection (:func:`~zoo.models.pap.training.predict_with_prompts`) and the same loss drive them.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+__all__ = ["PixelPrompt", "matched_norm_random_prompt"]
+
+
+class PixelPrompt(nn.Module):
+    """A class-wise additive visual prompt, x̃ = clamp(x + mask ⊙ δ[k], 0, 1): the C-AVP proxy.
+
+    C-AVP (Chen et al.) has no package; this re-implements its class-wise additive pixel prompt with the same
+    label-selection rule as PAP. ``border`` > 0 restricts the prompt to a frame of that width (the visual-prompt
+    papers' pad prompt); 0 prompts the whole image.
+
+    Example:
+        >>> prompt = PixelPrompt(num_classes=3, image_shape=(1, 8, 8), border=2)
+        >>> int(prompt.mask.sum())                           # 64 pixels minus the 4 × 4 centre
+        48
+        >>> x = torch.rand(2, 1, 8, 8)
+        >>> torch.equal(prompt(x, torch.tensor([0, 2])), x)  # δ starts at zero
+        True
+    """
+
+    def __init__(self, num_classes: int, image_shape: tuple[int, int, int], border: int = 0) -> None:
+        super().__init__()
+        if len(image_shape) != 3:
+            raise ValueError(f"image_shape must be (C, H, W), got {tuple(image_shape)}")
+        c, h, w = (int(s) for s in image_shape)
+        if border < 0 or 2 * border >= min(h, w):
+            raise ValueError(f"border must be in [0, {min(h, w) // 2}) for {h}×{w} images, got {border}")
+        self.num_classes, self.image_shape = int(num_classes), (c, h, w)
+        self.delta = nn.Parameter(torch.zeros(self.num_classes, c, h, w))
+        mask = torch.ones(1, h, w)
+        if border:
+            mask[:, border : h - border, border : w - border] = 0
+        self.register_buffer("mask", mask)
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 4 or tuple(x.shape[1:]) != self.image_shape:
+            raise ValueError(
+                f"expected images of shape (B, {', '.join(map(str, self.image_shape))}), got {tuple(x.shape)}"
+            )
+        if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= self.num_classes):
+            raise ValueError(f"labels must be in [0, {self.num_classes}): the prompt holds {self.num_classes} classes")
+        return (x + self.mask * self.delta[labels]).clamp(0.0, 1.0)
+
+
+@torch.no_grad()
+def matched_norm_random_prompt(prompt: nn.Module, generator: torch.Generator | None = None) -> None:
+    """Replace every parameter of ``prompt`` by Gaussian noise with the same Frobenius norm per class (the first
+    dimension), in place: a prompt that changes the input as much as the trained one but carries nothing learned.
+
+    >>> from zoo.models.pap.prompt import PhaseAmplitudePrompt
+    >>> p = PhaseAmplitudePrompt(2, (1, 4, 4))
+    >>> p.init_from_exemplars(torch.rand(2, 1, 4, 4), torch.tensor([0, 1]))
+    >>> before = p.amplitude.flatten(1).norm(dim=1)
+    >>> matched_norm_random_prompt(p, torch.Generator().manual_seed(0))
+    >>> torch.allclose(p.amplitude.flatten(1).norm(dim=1), before)
+    True
+    """
+    for param in prompt.parameters():
+        norms = param.flatten(1).norm(dim=1)
+        noise = torch.randn(param.shape, generator=generator, dtype=param.dtype).to(param.device)
+        scale = norms / noise.flatten(1).norm(dim=1).clamp_min(1e-12)
+        param.copy_(noise * scale.view(-1, *([1] * (param.dim() - 1))))
