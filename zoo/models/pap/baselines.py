@@ -60,7 +60,7 @@ def matched_norm_random_prompt(prompt: nn.Module, generator: torch.Generator | N
 
     >>> from zoo.models.pap.prompt import PhaseAmplitudePrompt
     >>> p = PhaseAmplitudePrompt(2, (1, 4, 4))
-    >>> p.init_from_exemplars(torch.rand(2, 1, 4, 4), torch.tensor([0, 1]))
+    >>> _ = p.init_from_exemplars(torch.rand(2, 1, 4, 4), torch.tensor([0, 1]))
     >>> before = p.amplitude.flatten(1).norm(dim=1)
     >>> matched_norm_random_prompt(p, torch.Generator().manual_seed(0))
     >>> torch.allclose(p.amplitude.flatten(1).norm(dim=1), before)

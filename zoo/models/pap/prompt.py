@@ -50,6 +50,7 @@ class PhaseAmplitudePrompt(nn.Module):
         >>> torch.allclose(prompt(x, torch.tensor([0, 1, 2, 0])), x, atol=1e-6)   # zero prompts: the identity
         True
         >>> prompt.init_from_exemplars(torch.rand(3, 1, 8, 8), torch.tensor([2, 0, 1]))
+        [0, 1, 2]
         >>> prompt(x, torch.tensor([0, 1, 2, 0])).shape
         torch.Size([4, 1, 8, 8])
     """
@@ -79,13 +80,17 @@ class PhaseAmplitudePrompt(nn.Module):
             )
 
     @torch.no_grad()
-    def init_from_exemplars(self, images: torch.Tensor, labels: torch.Tensor) -> None:
+    def init_from_exemplars(
+        self, images: torch.Tensor, labels: torch.Tensor, classes: list[int] | None = None
+    ) -> list[int]:
         """Set each class's prompts to the amplitude and phase of the first image of that class in ``images``
-        (the reference script takes the first one met in the shuffled, augmented loader)."""
+        (the reference script takes the first one met in the shuffled, augmented loader). ``classes`` limits it to
+        those classes and skips the ones ``images`` lacks; by default every class must be present. Returns the
+        classes set."""
         self._check(images, labels)
         spectrum = torch.fft.fftn(images.float(), dim=_DIMS)
-        missing = []
-        for k in range(self.num_classes):
+        missing, done = [], []
+        for k in range(self.num_classes) if classes is None else classes:
             where = (labels == k).nonzero()
             if not len(where):
                 missing.append(k)
@@ -93,10 +98,12 @@ class PhaseAmplitudePrompt(nn.Module):
             first = int(where[0])
             self.amplitude[k] = spectrum[first].abs()
             self.phase[k] = spectrum[first].angle()
-        if missing:
+            done.append(k)
+        if missing and classes is None:
             raise ValueError(
                 f"no exemplar for classes {missing}: pass images that cover all {self.num_classes} classes"
             )
+        return done
 
     def forward(
         self, x: torch.Tensor, labels: torch.Tensor, amplitude: bool = True, phase: bool = True
