@@ -13,7 +13,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 pytest.importorskip("torchattacks")
 
-from zoo.models.pap.attacks import PromptedPipeline, make_attack
+from zoo.attacks import make_attack
+from zoo.models.pap.attacks import PromptedPipeline
 from zoo.models.pap.module import AdversarialClassifier, PAPModule
 
 

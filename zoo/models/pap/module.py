@@ -8,7 +8,8 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from zoo.models.pap.attacks import make_attack
+from zoo.attacks import make_attack
+from zoo.models.pap.attacks import PromptedPipeline
 from zoo.models.pap.prompt import PhaseAmplitudePrompt
 from zoo.models.pap.training import (
     SignSGD,
@@ -165,6 +166,10 @@ class PAPModule(ZooModule):
         if isinstance(x, (tuple, list)):
             x = x[0]
         return predict_with_prompts(self.base, self.prompt, x)
+
+    def robustness_models(self) -> dict[str, nn.Module]:
+        """The bare base and the defended pipeline, for :class:`callbacks.robust_eval.RobustEvaluation`."""
+        return {"bare": self.base, "pap": PromptedPipeline(self.base, self.prompt)}
 
     def _attack(self, x: Tensor, y: Tensor) -> Tensor:
         hp = self.hparams

@@ -1,0 +1,55 @@
+"""RobustEvaluation on tiny models: the keys it logs, that attacks lower accuracy, and its errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from lightning import LightningModule, Trainer
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+pytest.importorskip("torchattacks")
+
+from callbacks.robust_eval import RobustEvaluation
+
+
+class _Linear(LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+
+    def robustness_models(self) -> dict[str, nn.Module]:
+        return {"bare": self.net, "blurred": nn.Sequential(nn.AvgPool2d(3, 1, 1), self.net)}
+
+    def test_step(self, batch, batch_idx):
+        return None
+
+
+def test_attacks_lower_accuracy_under_both_threats_and_every_key_is_logged() -> None:
+    model = _Linear()
+    x = torch.rand(64, 1, 8, 8, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        y = model.net(x).argmax(1)  # labels the bare model gets right: natural accuracy 1
+    callback = RobustEvaluation(attacks=("pgd",), eps=0.3, alpha=0.05, steps=5, max_images=48)
+    trainer = Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, callbacks=[callback])
+    trainer.test(model, DataLoader(TensorDataset(x, y), batch_size=16))
+    m = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    assert set(m) == {"test/natural/bare", "test/natural/blurred", "test/robust/pgd/nonadaptive/bare",
+                      "test/robust/pgd/nonadaptive/blurred", "test/robust/pgd/adaptive/blurred"}  # fmt: skip
+    assert m["test/natural/bare"] == 1.0
+    assert m["test/robust/pgd/nonadaptive/bare"] < 0.5
+    assert m["test/robust/pgd/adaptive/blurred"] < m["test/natural/blurred"]
+
+
+def test_a_module_without_robustness_models_or_bare_is_refused() -> None:
+    callback = RobustEvaluation(steps=1)
+    x, y = torch.rand(2, 1, 8, 8), torch.zeros(2, dtype=torch.long)
+    with pytest.raises(TypeError, match="has no robustness_models"):
+        callback.evaluate(LightningModule(), x, y)
+    odd = _Linear()
+    odd.robustness_models = lambda: {"net": odd.net}  # type: ignore[method-assign]
+    with pytest.raises(ValueError, match="must include 'bare'"):
+        callback.evaluate(odd, x, y)
+    with pytest.raises(ValueError, match="unknown threat models"):
+        RobustEvaluation(threats=("whitebox",))
