@@ -280,3 +280,12 @@ class RCSC:
         if self.partition == "spectral" or s.G is None:
             return spectral_labels(s.Z, self.K, None, self.seed)
         return s.G.cpu().numpy()
+
+
+def encode(X: list[Tensor], W: list[Tensor], A: Tensor, alpha: Tensor, lam: float, inner: int = 50) -> Tensor:
+    """Anchor-graph columns for (standardised, ``d_v x n``) samples with W, A, alpha fixed: the Z step's simplex QP
+    without the partition term, from uniform columns."""
+    m, n = A.shape[1], X[0].shape[1]
+    s = RCSCState(W=W, A=A, Z=torch.full((m, n), 1.0 / m, dtype=A.dtype, device=A.device), alpha=alpha)
+    update_Z(X, s, lam, 0.0, inner)
+    return s.Z
