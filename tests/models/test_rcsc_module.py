@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 from lightning import Trainer
@@ -26,12 +28,12 @@ def fitted():
 
 
 def test_one_round_per_step_and_monotone(fitted):
-    model, _, trainer = fitted
+    model, _, _ = fitted
     h = model.history
     assert len(h) == model.rounds + 1 and model.rounds >= model.hparams.warmup + 1
     w = model.hparams.warmup
     for seg in (h[: w + 1], h[w + 1:]):
-        assert all(b <= a * (1 + 1e-9) for a, b in zip(seg, seg[1:])), seg
+        assert all(b <= a * (1 + 1e-9) for a, b in itertools.pairwise(seg)), seg
     assert torch.allclose(model.A @ model.A.T, torch.eye(3, dtype=torch.float64), atol=1e-8)
     assert abs(float(model.alpha.sum()) - 1) < 1e-10 and float(model.alpha[2]) < 0.2  # the 30-d noise view
 
@@ -40,7 +42,7 @@ def test_hub_round_trip_same_labels(fitted, tmp_path):
     model, dm, _ = fitted
     hub.write_entry(model, tmp_path / "rcsc", zoo_meta={}, card_text="test")
     again = RCSCModule.from_pretrained(str(tmp_path / "rcsc"))
-    views, y = dm.train_set.views, dm.train_set.labels
+    views, _y = dm.train_set.views, dm.train_set.labels
     a, b = model.cluster(views), again.cluster(views)
     assert torch.equal(a, b)
     m = _trainer(1).test(again, dm, verbose=False)[0]
