@@ -1,0 +1,15 @@
+"""RCSC: robust consensus anchors for efficient multi-view subspace clustering (Qin, Pu, Feng & Sebe, ICML 2025).
+
+No official code: the objective is the card's marked reconstruction on SMVSC's official code (see solver.py).
+"""
+
+from zoo.models.rcsc.solver import (
+    RCSC,
+    RCSCState,
+    objective,
+    project_simplex,
+    spectral_labels,
+)
+from zoo.models.rcsc.synthetic import synthetic_views
+
+__all__ = ["RCSC", "RCSCState", "objective", "project_simplex", "spectral_labels", "synthetic_views"]

@@ -1,0 +1,141 @@
+"""``RCSCModule``: RCSC's alternating optimisation as a manual-optimisation LightningModule, one round per step.
+
+No official code: the objective is the card's marked reconstruction (P) on SMVSC's official code (solver.py).
+SMVSC is the option ``beta=0, partition="spectral"``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+from torchmetrics import MetricCollection
+from torchmetrics.clustering import (
+    AdjustedRandScore,
+    ClusterAccuracy,
+    NormalizedMutualInfoScore,
+)
+
+from zoo.models.rcsc import solver as S
+from zoo.module import ZooModule
+
+__all__ = ["RCSCModule"]
+
+
+class RCSCModule(ZooModule):
+    """RCSC / SMVSC on V views with dimensions ``view_dims``; each ``training_step`` is one full round (W, A, Z,
+    C/G, alpha) on the full batch; the objective and its relative change are logged every round.
+
+    Example:
+        >>> from lightning import Trainer
+        >>> from datamodules.multiview import MultiViewDataModule
+        >>> dm = MultiViewDataModule(n_per=20, n_clusters=3, noise_dim=30)
+        >>> model = RCSCModule(view_dims=[10, 15, 30], n_clusters=3, n_anchors=9, warmup=3, max_iter=8)
+        >>> trainer = Trainer(max_epochs=8, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        ...                   enable_model_summary=False, limit_val_batches=0)
+        >>> trainer.fit(model, dm)
+        >>> len(model.history) == 9 and model.history[3] < model.history[0]
+        True
+    """
+
+    def __init__(self, view_dims: list[int], n_clusters: int, n_anchors: int | None = None,
+                 latent_dim: int | None = None, lam: float = 1.0, beta: float = 1.0, max_iter: int = 50,
+                 tol: float = 1e-3, warmup: int = 10, inner: int = 20, partition: str = "onepass",
+                 temperature: float = 1.0, seed: int = 0) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.automatic_optimization = False
+        self.solver = S.RCSC(n_clusters, n_anchors, latent_dim, lam, beta, max_iter, tol, warmup, inner, partition,
+                             temperature, seed)
+        m, d, K = self.solver.m, self.solver.d, n_clusters
+        self.register_buffer("A", torch.zeros(d, m, dtype=torch.float64))
+        self.register_buffer("C", torch.zeros(m, K, dtype=torch.float64))
+        self.register_buffer("alpha", torch.full((len(view_dims),), 1.0 / len(view_dims), dtype=torch.float64))
+        for i, dv in enumerate(view_dims):
+            self.register_buffer(f"W{i}", torch.zeros(dv, d, dtype=torch.float64))
+            self.register_buffer(f"mean{i}", torch.zeros(dv, dtype=torch.float64))
+            self.register_buffer(f"std{i}", torch.ones(dv, dtype=torch.float64))
+        self.state: S.RCSCState | None = None
+        self.history: list[float] = []
+        self.rounds = 0
+        metrics = MetricCollection({"accuracy": ClusterAccuracy(num_classes=K), "nmi": NormalizedMutualInfoScore(),
+                                    "ari": AdjustedRandScore()})
+        self.metrics = torch.nn.ModuleDict({k: metrics.clone(prefix=f"{k}/") for k in ("val", "test")})
+
+    def configure_optimizers(self) -> Any:
+        return None  # closed-form / projected updates: no optimiser
+
+    def _check(self, views: list[Tensor]) -> None:
+        dims = [int(v.shape[1]) for v in views]
+        if dims != list(self.hparams.view_dims):
+            raise ValueError(f"views have dimensions {dims}, the model was built for {list(self.hparams.view_dims)}")
+
+    def _standardised(self, views: list[Tensor]) -> list[Tensor]:
+        """``d_v x n`` views standardised with the statistics of the training data (kept as buffers)."""
+        self._check(views)
+        return [((v.double() - getattr(self, f"mean{i}")) / getattr(self, f"std{i}")).T for i, v in enumerate(views)]
+
+    def training_step(self, batch: tuple[list[Tensor], Tensor], batch_idx: int) -> Tensor:
+        views, _ = batch
+        if self.state is None:  # first round: statistics, checks and the card's initialisation
+            self._check(views)
+            for i, v in enumerate(views):
+                getattr(self, f"mean{i}").copy_(v.double().mean(0))
+                getattr(self, f"std{i}").copy_(v.double().std(0).clamp_min(1e-12))
+            self.solver.device = self.A.device
+            self.X = self.solver.prepare(views)
+            self.state = self.solver.init_state(self.X)
+            self.history = [S.objective(self.X, self.state, self.solver.lam, 0.0)]
+        prev = self.history[-1]
+        obj = self.solver.step(self.X, self.state, self.rounds)
+        self.history.append(obj)
+        self.rounds += 1
+        self._sync()
+        rel = abs(prev - obj) / max(abs(prev), 1e-12)
+        self.log_dict({"objective": obj, "rel_change": rel}, prog_bar=True)
+        self.log_dict({f"alpha/{i}": float(a) for i, a in enumerate(self.state.alpha)})
+        if self.solver.should_stop(self.state, self.rounds - 1):
+            self.trainer.should_stop = True
+        return torch.tensor(obj)
+
+    def _sync(self) -> None:
+        """Copy the solver's state into the buffers (C from the labels, so SMVSC gets centroids too)."""
+        s = self.state
+        self.A.copy_(s.A)
+        self.alpha.copy_(s.alpha)
+        for i, w in enumerate(s.W):
+            getattr(self, f"W{i}").copy_(w)
+        self.labels_ = torch.as_tensor(self.solver.labels(s), dtype=torch.long) if self.trainer.should_stop or \
+            self.rounds >= self.hparams.max_iter else (s.G if s.G is not None else None)
+        g = self.labels_ if self.labels_ is not None else torch.as_tensor(self.solver.labels(s), dtype=torch.long)
+        self.C.copy_(S.cluster_means(s.Z, g.to(s.Z.device), self.hparams.n_clusters))
+
+    @torch.no_grad()
+    def cluster(self, views: list[Tensor]) -> Tensor:
+        """Labels of (possibly new) samples: the simplex QP with W, A fixed, then the nearest centroid in C."""
+        X = self._standardised(views)
+        W = [getattr(self, f"W{i}") for i in range(len(X))]
+        Z = S.encode(X, W, self.A, self.alpha, self.hparams.lam)
+        return torch.cdist(Z.T, self.C.T).argmin(1)
+
+    def _evaluate(self, batch: tuple[list[Tensor], Tensor], stage: str) -> None:
+        views, y = batch
+        self.metrics[stage].update(self.cluster(views), y)
+
+    def validation_step(self, batch: tuple[list[Tensor], Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "val")
+
+    def on_validation_epoch_end(self) -> None:
+        self.log_dict(self.metrics["val"].compute())
+        self.metrics["val"].reset()
+
+    def test_step(self, batch: tuple[list[Tensor], Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "test")
+
+    def on_test_epoch_end(self) -> None:
+        self.log_dict(self.metrics["test"].compute())
+        self.metrics["test"].reset()
+
+    def predict_step(self, batch: tuple[list[Tensor], Tensor], batch_idx: int) -> Tensor:
+        return self.cluster(batch[0])
