@@ -7,8 +7,8 @@ import itertools
 import pytest
 import torch
 
+from datamodules.multiview import synthetic_views
 from zoo.models.rcsc import solver as S
-from zoo.models.rcsc.synthetic import synthetic_views
 
 
 @pytest.fixture(scope="module")

@@ -70,13 +70,14 @@ class AdversarialClassifier(ImageClassifier):
         self.save_hyperparameters()
         self.net = build_base_net(backbone, list(in_shape), num_classes)
         self.add_accuracy_metrics()
+        self._pgd: Any = None
 
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
         x, y = batch[0], batch[1]
         hp = self.hparams
-        # torchattacks switches the model to eval for the attack and back to train after it
-        attack = make_attack(self.net, "pgd", hp.eps, hp.alpha, hp.attack_steps, hp.num_classes)
-        x_adv = attack(x, y)
+        if self._pgd is None:  # built once; torchattacks switches the net to eval for the attack and back after
+            self._pgd = make_attack(self.net, "pgd", hp.eps, hp.alpha, hp.attack_steps, hp.num_classes)
+        x_adv = self._pgd(x, y)
         loss = nn.functional.cross_entropy(self.net(x_adv), y)
         self.log("train/loss", loss, prog_bar=True, batch_size=len(x))
         return loss
@@ -154,6 +155,8 @@ class PAPModule(ZooModule):
         self._lambda_x: list[Tensor] = []
         self._lambda_y: list[Tensor] = []
         self.generator = torch.Generator().manual_seed(0)
+        self._pgd: Any = None
+        self._exemplars_done = False  # a loaded entry has its buffer set; the first step then finds nothing to do
 
     def train(self, mode: bool = True) -> PAPModule:
         """Lightning calls ``train()`` on the whole module; the frozen base stays in eval mode (BatchNorm, dropout)."""
@@ -173,14 +176,17 @@ class PAPModule(ZooModule):
 
     def _attack(self, x: Tensor, y: Tensor) -> Tensor:
         hp = self.hparams
+        if self._pgd is None:
+            self._pgd = make_attack(self.base, "pgd", hp.eps, hp.alpha, hp.attack_steps, hp.num_classes)
         with torch.enable_grad():
-            return make_attack(self.base, "pgd", hp.eps, hp.alpha, hp.attack_steps, hp.num_classes)(x, y)
+            return self._pgd(x, y)
 
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
         x, y = batch[0], batch[1]
-        if not bool(self.exemplars_set.all()):  # exemplar initialisation: the first image of each class met
+        if not self._exemplars_done:  # exemplar init: the first image of each class met (a Python flag: no sync)
             todo = (~self.exemplars_set).nonzero().flatten().tolist()
             self.exemplars_set[self.prompt.init_from_exemplars(x, y, classes=todo)] = True
+            self._exemplars_done = bool(self.exemplars_set.all())
         x_adv = self._attack(x, y)
         hp = self.hparams
         loss, terms = pap_loss(

@@ -10,6 +10,5 @@ from zoo.models.rcsc.solver import (
     project_simplex,
     spectral_labels,
 )
-from zoo.models.rcsc.synthetic import synthetic_views
 
-__all__ = ["RCSC", "RCSCState", "objective", "project_simplex", "spectral_labels", "synthetic_views"]
+__all__ = ["RCSC", "RCSCState", "objective", "project_simplex", "spectral_labels"]
