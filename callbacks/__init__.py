@@ -2,6 +2,7 @@
 
 from callbacks.diffusion_samples import DiffusionSamples
 from callbacks.images import log_figure
+from callbacks.robust_eval import RobustEvaluation
 from callbacks.sae_stability import SAEStability
 from callbacks.snn_conversion import SNNConversion
 from callbacks.streaming_ap import StreamingAveragePrecision
@@ -12,6 +13,7 @@ from callbacks.weight_trace import WeightTrace
 
 __all__ = [
     "DiffusionSamples",
+    "RobustEvaluation",
     "SAEStability",
     "SNNConversion",
     "StreamingAveragePrecision",

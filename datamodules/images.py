@@ -126,6 +126,9 @@ class ImageDataModule(BatchedDataModule):
         batch_size: images per batch.
         num_workers: DataLoader workers.
         seed: seed of the ``digits`` split and of the validation hold-out.
+        normalize: standardise the CIFARs and image folders per channel (their papers' recipe); ``False`` serves
+            them in [0, 1], as adversarial attacks need (their ε is in pixel units): put any normalisation inside the
+            model then. Digits are always in [0, 1].
 
     Example:
         >>> dm = ImageDataModule(batch_size=64)
@@ -147,6 +150,7 @@ class ImageDataModule(BatchedDataModule):
         batch_size: int = 64,
         num_workers: int = 0,
         seed: int = 0,
+        normalize: bool = True,
     ) -> None:
         super().__init__()
         if dataset not in ("digits", "cifar10", "cifar100", "imagefolder"):
@@ -154,6 +158,7 @@ class ImageDataModule(BatchedDataModule):
         if val_size < 0:
             raise ValueError(f"val_size must be ≥ 0, got {val_size}")
         self.augment, self.with_index, self.download, self.val_size = augment, with_index, download, val_size
+        self.normalize = normalize
         if type(self) is ImageDataModule:  # subclasses save their own arguments (the CLI and the hub rebuild from them)
             self.save_hyperparameters()
         self.num_classes = {"cifar100": 100, "imagefolder": 0}.get(dataset, 10)  # imagefolder: set in setup
@@ -205,9 +210,9 @@ class ImageDataModule(BatchedDataModule):
                 f"No image folders at {missing[0] if missing else root}: dataset='imagefolder' needs data_dir with "
                 "train/<class>/<image> and val/<class>/<image> (ImageNet's validation images sorted into class folders)"
             )
-        normalize = T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
-        train_tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(), normalize])
-        test_tf = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(), normalize])
+        standardise = [T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))] if self.normalize else []
+        train_tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(), *standardise])
+        test_tf = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(), *standardise])
         train = torchvision.datasets.ImageFolder(str(root / "train"))
         test = torchvision.datasets.ImageFolder(str(root / "val"))
         return (train, train_tf), (test, test_tf)
@@ -236,7 +241,7 @@ class ImageDataModule(BatchedDataModule):
         x, y, x_test, y_test = self._load()
         y = self._train_labels(y)
         mean = std = None
-        if hp.dataset in _CIFAR_STATS:
+        if hp.dataset in _CIFAR_STATS and self.normalize:
             m, s = _CIFAR_STATS[hp.dataset]
             mean, std = torch.tensor(m)[:, None, None] / 255, torch.tensor(s)[:, None, None] / 255
         augment = hp.dataset != "digits" if self.augment is None else self.augment

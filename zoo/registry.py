@@ -188,6 +188,20 @@ _SNN_ECL = _Family(
     reproduce="zoo.models.snn_ecl.reproduce.run",
     tags=("spiking", "conversion", "classification"),
 )
+_PAP = _Family(
+    module="zoo.models.pap.PAPModule",
+    datamodule="datamodules.images.ImageDataModule",
+    paper=Paper("Phase and Amplitude-aware Prompting for Enhancing Adversarial Robustness"),
+    reproduce="zoo.models.pap.reproduce.run",
+    tags=("adversarial-robustness", "prompting", "classification"),
+)
+_PAP_BASE = _Family(
+    module="zoo.models.pap.AdversarialClassifier",
+    datamodule="datamodules.images.ImageDataModule",
+    paper=_PAP.paper,
+    reproduce=_PAP.reproduce,
+    tags=("adversarial-robustness", "classification"),
+)
 
 # Sorted by name.
 ENTRIES: tuple[Entry, ...] = (
@@ -222,6 +236,13 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     _EFM_IMAGES.entry(
         "efm-digits", "Electrostatic Field Matching generator: noise -> 8x8 digits along a UNet field's lines."
+    ),
+    _PAP.entry(
+        "pap",
+        "Class-wise amplitude and phase prompts in the 3-D Fourier domain on the frozen pap-base digits CNN.",
+    ),
+    _PAP_BASE.entry(
+        "pap-base", "PGD adversarially trained digits CNN (eps 0.1, 5 steps): the frozen base of pap.", "base-model"
     ),
     _SAE.entry("ra-sae", "Relaxed archetypal SAE: atoms stay within delta of the (scaled) convex hull of the data."),
     _SEAD.entry(

@@ -53,3 +53,36 @@ def test_a_module_without_robustness_models_or_bare_is_refused() -> None:
         callback.evaluate(odd, x, y)
     with pytest.raises(ValueError, match="unknown threat models"):
         RobustEvaluation(threats=("whitebox",))
+
+
+class _Shifted(nn.Module):
+    """A defended model with other views of itself: the adaptive worst case attacks each."""
+
+    def __init__(self, net: nn.Module, shift: float = 0.0) -> None:
+        super().__init__()
+        self.net, self.shift = net, shift
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x + self.shift)
+
+    def adaptive_candidates(self) -> list[nn.Module]:
+        return [_Shifted(self.net, 0.1), _Shifted(self.net, -0.1)]
+
+
+def test_adaptive_worst_case_is_no_better_than_the_adaptive_attack_and_attacks_are_seeded() -> None:
+    from callbacks.robust_eval import robust_accuracies
+
+    model = _Linear()
+    x = torch.rand(64, 1, 8, 8, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        y = model.net(x).argmax(1)
+    model.net.eval()
+    models = {"bare": model.net, "shifted": _Shifted(model.net)}  # a fresh wrapper in train mode, sharing the net
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    first = robust_accuracies(models, x, y, eps=0.1, alpha=0.02, steps=3)
+    assert torch.equal(torch.get_rng_state(), state)  # the caller's random state is left as it was
+    assert robust_accuracies(models, x, y, eps=0.1, alpha=0.02, steps=3) == first  # random starts are seeded
+    assert first["robust/pgd/adaptive_worst/shifted"] <= first["robust/pgd/adaptive/shifted"]
+    assert "robust/pgd/adaptive_worst/bare" not in first
+    assert not model.net.training and models["shifted"].training  # every submodule's own mode is restored

@@ -3,6 +3,7 @@ hparams the hub rebuilds from, and clear errors for missing files and unknown da
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -68,3 +69,35 @@ def test_validation_hold_out_is_disjoint_and_seeded() -> None:
         ImageDataModule(val_size=1297).setup("fit")
     with pytest.raises(ValueError, match="val_size"):
         ImageDataModule(val_size=-1)
+
+
+def _write_cifar10(root, n: int = 4) -> None:
+    """A tiny CIFAR-10 in torchvision's own format: pickled batches under cifar-10-batches-py/."""
+    import pickle
+
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        batch = {"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8), "labels": list(rng.integers(0, 10, n))}
+        (folder / name).write_bytes(pickle.dumps(batch))
+    (folder / "batches.meta").write_bytes(pickle.dumps({"label_names": [f"c{i}" for i in range(10)]}))
+
+
+def test_cifar_files_serve_standardised_or_unit_range_images(tmp_path, monkeypatch) -> None:
+    """Check the CIFAR path on torchvision-format files: standardised by default, in [0, 1] with normalize=False."""
+    import torchvision
+
+    _write_cifar10(tmp_path)
+    # the files are real-format but tiny, so torchvision's md5 check of the full download cannot pass
+    monkeypatch.setattr(torchvision.datasets.CIFAR10, "_check_integrity", lambda self: True)
+    monkeypatch.setattr(torchvision.datasets.cifar, "check_integrity", lambda *args, **kwargs: True)
+    raw = ImageDataModule(dataset="cifar10", data_dir=str(tmp_path), normalize=False, augment=False, batch_size=8)
+    raw.setup("fit")
+    x, y = next(iter(raw.train_dataloader()))
+    assert x.shape == (8, 3, 32, 32) and y.shape == (8,) and len(raw.train_set) == 20 and len(raw.test_set) == 4
+    assert 0 <= float(x.min()) and float(x.max()) <= 1
+    std = ImageDataModule(dataset="cifar10", data_dir=str(tmp_path), augment=False, batch_size=8)
+    std.setup("fit")
+    z, _ = next(iter(std.train_dataloader()))
+    assert float(z.min()) < 0  # (x - mean) / std

@@ -192,3 +192,48 @@ def test_matched_norm_random_prompt_keeps_each_class_norm_and_forgets_the_prompt
         torch.testing.assert_close(param.flatten(1).norm(dim=1), before[name].flatten(1).norm(dim=1))
         cosine = nn.functional.cosine_similarity(param.flatten(1), before[name].flatten(1), dim=1)
         assert cosine.abs().max() < 0.7
+
+
+def test_pixel_prompt_clamp_passes_the_gradient_straight_through() -> None:
+    """A saturated pixel must not block an adaptive attack's gradient (BPDA on the clamp); the value is clamped."""
+    from zoo.models.pap import PixelPrompt
+
+    prompt = PixelPrompt(2, (1, 4, 4))
+    with torch.no_grad():
+        prompt.delta.fill_(2.0)
+    x = torch.rand(3, 1, 4, 4, requires_grad=True)
+    out = prompt(x, torch.tensor([0, 1, 0]))
+    assert torch.equal(out, torch.ones_like(out))
+    (out * torch.arange(16.0).view(1, 1, 4, 4)).sum().backward()
+    torch.testing.assert_close(x.grad, torch.arange(16.0).view(1, 1, 4, 4).expand(3, 1, 4, 4))
+
+
+def test_fit_prompt_starts_from_exemplars_updates_lambda_and_lowers_the_loss() -> None:
+    from zoo.models.pap import PixelPrompt, fit_prompt, lambda_counts
+
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.rand(60, 1, 4, 4, generator=g), torch.arange(60) % 3
+    base = nn.Sequential(nn.Flatten(), nn.Linear(16, 3)).eval()
+    calls = []
+
+    def attack(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        calls.append(len(xb))
+        return (xb + 0.05 * torch.randn(xb.shape, generator=g)).clamp(0, 1)
+
+    prompt = PhaseAmplitudePrompt(3, (1, 4, 4))
+    history = fit_prompt(base, prompt, x, y, attack, epochs=4, batch_size=20, lr=0.05, lambda_every=2,
+                         lambda_images=30, exemplar_init=True)  # fmt: skip
+    assert len(history["loss"]) == len(history["lambda"]) == 4
+    assert history["loss"][-1] < history["loss"][0]
+    # 3 batches per epoch, and a 30-image attack for each of the two λ updates
+    assert calls.count(20) == 12 and calls.count(30) == 2
+    assert history["lambda"][0] == 1.0 and 0.1 <= history["lambda"][-1] <= 10
+    correct_a, correct_p = lambda_counts(base, prompt, x[:30], y[:30])
+    assert 0 <= correct_a <= 30 and 0 <= correct_p <= 30
+    for p in base.parameters():
+        assert not p.requires_grad
+    pixel = PixelPrompt(3, (1, 4, 4))
+    pixel_history = fit_prompt(base, pixel, x, y, attack, epochs=2, batch_size=20, lr=0.01, lambda_every=5,
+                               exemplar_init=False)  # fmt: skip
+    assert pixel.delta.abs().sum() > 0 and all(np.isnan(pixel_history["lambda"]))  # no λ: nothing updated

@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 pytest.importorskip("torchattacks")
 
+from callbacks.robust_eval import RobustEvaluation
 from zoo.attacks import make_attack
 from zoo.models.pap.attacks import PromptedPipeline
 from zoo.models.pap.module import AdversarialClassifier, PAPModule
@@ -97,3 +98,35 @@ def test_adaptive_attack_on_the_pipeline_moves_the_input_through_the_prompt() ->
     torch.testing.assert_close(fixed(x), model.base(model.prompt(x, torch.full((8,), 3))))
     with pytest.raises(ValueError, match="unknown attack 'pgdd'.*did you mean 'pgd'"):
         make_attack(pipe, "pgdd")
+
+
+def test_the_prompt_learner_starts_from_a_published_base_and_refuses_a_mismatch(tmp_path: Path) -> None:
+    from zoo import hub
+
+    torch.manual_seed(0)
+    base = AdversarialClassifier(attack_steps=1).eval()
+    hub.write_entry(base, tmp_path / "base", zoo_meta={"name": "base"}, card_text="# base\n")
+    model = PAPModule(base=str(tmp_path / "base"), attack_steps=2)
+    for a, b in zip(base.net.state_dict().values(), model.base.state_dict().values()):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="is a .* classifier, but this PAPModule is built for"):
+        PAPModule(base=str(tmp_path / "base"), num_classes=5)
+    with pytest.raises(ValueError, match="not both"):
+        PAPModule(base=str(tmp_path / "base"), base_weights=str(tmp_path / "x.safetensors"))
+
+
+def test_cifar_shaped_pipeline_on_a_user_resnet18_state_dict(tmp_path: Path) -> None:
+    """The real path on a tiny instance: a CIFAR ResNet-18 base from a user's safetensors file, 3×32×32 images."""
+    torch.manual_seed(0)
+    net = AdversarialClassifier(backbone="resnet18", in_shape=[3, 32, 32]).net.eval()
+    save_file(net.state_dict(), str(tmp_path / "resnet18.safetensors"))
+    model = PAPModule(base_backbone="resnet18", in_shape=[3, 32, 32], base_weights=str(tmp_path / "resnet18.safetensors"),
+                      attack_steps=1, eps=8 / 255, alpha=2 / 255).eval()  # fmt: skip
+    x, y = torch.rand(2, 3, 32, 32), torch.tensor([3, 7])
+    assert model.prompt.init_from_exemplars(x, y, classes=[3, 7]) == [3, 7]
+    logits = model(x)
+    assert logits.shape == (2, 10) and torch.isfinite(logits).all()
+    scores = RobustEvaluation(eps=8 / 255, alpha=2 / 255, steps=1).evaluate(model, x, y)
+    assert {"natural/pap", "robust/pgd/nonadaptive/pap", "robust/pgd/adaptive_worst/pap"} <= set(scores)
+    with pytest.raises(ValueError, match=r"must lie in \[0, 1\]"):
+        model((x - 0.5) / 0.25)  # normalised images: the DataModule must serve [0, 1] (normalize=False)

@@ -30,6 +30,11 @@ class PromptedPipeline(nn.Module):
         super().__init__()
         self.base, self.prompt, self.fixed_class = base, prompt, fixed_class
 
+    def adaptive_candidates(self) -> list[PromptedPipeline]:
+        """The pipeline with each class's prompt forced: attacking each and keeping the worst case is the second
+        adaptive number (:func:`callbacks.robust_eval.robust_accuracies`)."""
+        return [PromptedPipeline(self.base, self.prompt, k) for k in range(self.prompt.num_classes)]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.fixed_class is not None:
             labels = torch.full((len(x),), self.fixed_class, dtype=torch.long, device=x.device)

@@ -18,7 +18,9 @@ class PixelPrompt(nn.Module):
 
     C-AVP (Chen et al.) has no package; this re-implements its class-wise additive pixel prompt with the same
     label-selection rule as PAP. ``border`` > 0 restricts the prompt to a frame of that width (the visual-prompt
-    papers' pad prompt); 0 prompts the whole image.
+    papers' pad prompt); 0 prompts the whole image. The clamp's gradient is taken as the identity (BPDA): a
+    saturated pixel would otherwise block an adaptive attack's gradient and pass gradient masking off as
+    robustness; the forward value is the clamp's.
 
     Example:
         >>> prompt = PixelPrompt(num_classes=3, image_shape=(1, 8, 8), border=2)
@@ -50,7 +52,8 @@ class PixelPrompt(nn.Module):
             )
         if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= self.num_classes):
             raise ValueError(f"labels must be in [0, {self.num_classes}): the prompt holds {self.num_classes} classes")
-        return (x + self.mask * self.delta[labels]).clamp(0.0, 1.0)
+        prompted = x + self.mask * self.delta[labels]
+        return prompted + (prompted.clamp(0.0, 1.0) - prompted).detach()
 
 
 @torch.no_grad()

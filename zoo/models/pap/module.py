@@ -13,12 +13,14 @@ from zoo.models.pap.attacks import PromptedPipeline
 from zoo.models.pap.prompt import PhaseAmplitudePrompt
 from zoo.models.pap.training import (
     SignSGD,
+    lambda_counts,
+    lr_drop_milestone,
     pap_loss,
     predict_with_prompts,
     update_lambda,
 )
 from zoo.models.snn_ecl.backbones import build_backbone
-from zoo.module import ImageClassifier, ZooModule
+from zoo.module import ImageClassifier
 
 __all__ = ["AdversarialClassifier", "PAPModule", "build_base_net"]
 
@@ -82,6 +84,10 @@ class AdversarialClassifier(ImageClassifier):
         self.log("train/loss", loss, prog_bar=True, batch_size=len(x))
         return loss
 
+    def robustness_models(self) -> dict[str, nn.Module]:
+        """The bare network, for :class:`callbacks.robust_eval.RobustEvaluation` (natural and PGD accuracy)."""
+        return {"bare": self.net}
+
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
 
@@ -95,14 +101,36 @@ def load_base_state(net: nn.Module, path: str | Path) -> None:
         raise FileNotFoundError(f"no base weights at {path}: pass a safetensors state dict of the base network")
     if path.suffix != ".safetensors":
         raise ValueError(f"{path} is not a .safetensors file: the zoo never unpickles weights")
-    state = load_file(str(path))
+    _load_net_state(net, load_file(str(path)), str(path))
+
+
+def load_base_entry(net: nn.Module, base: str, backbone: str, in_shape: list[int], num_classes: int) -> None:
+    """Load the network of a published :class:`AdversarialClassifier` (hub name such as ``"pap-base"``, or its
+    folder) from its checksum-verified safetensors; its backbone, input shape and class count must be these."""
+    from safetensors.torch import load_file
+
+    from zoo import hub
+
+    folder = hub.find(base)
+    config = hub.read_config(folder)
+    hub.verify_checksums(folder, config)
+    theirs = {"backbone": config.get("backbone"), "in_shape": config.get("in_shape"),
+              "num_classes": config.get("num_classes")}  # fmt: skip
+    ours = {"backbone": backbone, "in_shape": list(in_shape), "num_classes": num_classes}
+    if theirs != ours:
+        raise ValueError(f"base={base!r} is a {theirs} classifier, but this PAPModule is built for {ours}")
+    _load_net_state(net, load_file(str(folder / hub.WEIGHTS)), str(folder))
+
+
+def _load_net_state(net: nn.Module, state: dict[str, Tensor], where: str) -> None:
+    """Load ``state`` (keys with or without the ``net.`` prefix of a saved classifier) into ``net``, every key."""
     state = {k.removeprefix("net."): v for k, v in state.items()}
     missing, unexpected = net.load_state_dict(state, strict=False)
     if missing or unexpected:
-        raise ValueError(f"{path} does not fit the base network: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        raise ValueError(f"{where} does not fit the base network: missing {missing[:5]}, unexpected {unexpected[:5]}")
 
 
-class PAPModule(ZooModule):
+class PAPModule(ImageClassifier):
     """Phase- and amplitude-aware prompts learned on a frozen base classifier (card §2).
 
     Each training batch is attacked on the bare base (torchattacks PGD), both prompted with the true label's
@@ -112,8 +140,9 @@ class PAPModule(ZooModule):
 
     Args:
         base_backbone, in_shape, num_classes: the base network (see :func:`build_base_net`).
-        base_weights: a safetensors state dict of the base; ``None`` keeps the weights the module is given (the hub
-            entry stores base and prompts together).
+        base: a published base classifier to start from (hub name, ``"pap-base"``, or its folder).
+        base_weights: or a user's safetensors state dict of the base network (e.g. a CIFAR ResNet-18). With neither,
+            the module keeps the weights it is given (the ``pap`` hub entry stores base and prompts together).
         eps, alpha, attack_steps: the PGD attack of training and of λ's update.
         exp_l1_weight: 5000 at CIFAR scale; the card's digits toy uses a tuned 26.
         lambda_fixed: keep λ at 1 (the card's ablation).
@@ -129,6 +158,7 @@ class PAPModule(ZooModule):
         base_backbone: Literal["card_cnn", "cnn_small", "resnet18"] = "card_cnn",
         in_shape: list[int] = [1, 8, 8],  # noqa: B006 - jsonargparse and the hub config need a plain list
         num_classes: int = 10,
+        base: str | None = None,
         base_weights: str | None = None,
         eps: float = 0.1,
         alpha: float = 0.025,
@@ -147,10 +177,15 @@ class PAPModule(ZooModule):
         super().__init__()
         self.save_hyperparameters()
         self.base = build_base_net(base_backbone, list(in_shape), num_classes)
+        if base is not None and base_weights is not None:
+            raise ValueError("give base (a hub entry) or base_weights (a safetensors file), not both")
+        if base is not None:
+            load_base_entry(self.base, base, base_backbone, list(in_shape), num_classes)
         if base_weights is not None:
             load_base_state(self.base, base_weights)
         self.base.requires_grad_(False).eval()
         self.prompt = PhaseAmplitudePrompt(num_classes, tuple(in_shape))
+        self.add_accuracy_metrics()  # {val,test}/accuracy: the defended pipeline's natural accuracy
         self.register_buffer("exemplars_set", torch.zeros(num_classes, dtype=torch.bool))
         self._lambda_x: list[Tensor] = []
         self._lambda_y: list[Tensor] = []
@@ -208,16 +243,16 @@ class PAPModule(ZooModule):
         x = torch.cat(self._lambda_x)[: hp.lambda_images]
         y = torch.cat(self._lambda_y)[: hp.lambda_images]
         x_adv = self._attack(x, y)  # fresh PGD examples, true labels (card §2.3)
-        with torch.no_grad():
-            correct_a = int((self.base(self.prompt.amplitude_only(x_adv, y)).argmax(1) == y).sum())
-            correct_p = int((self.base(self.prompt.phase_only(x_adv, y)).argmax(1) == y).sum())
-        new, updated = update_lambda(float(self.prompt.lambda_amp), correct_a, correct_p, hp.lambda_clamp)
+        new, updated = update_lambda(
+            float(self.prompt.lambda_amp), *lambda_counts(self.base, self.prompt, x_adv, y), hp.lambda_clamp
+        )
         self.prompt.lambda_amp.fill_(new)
         self.log_dict({"train/lambda": new, "train/lambda_updated": float(updated)})
 
     def configure_optimizers(self) -> dict[str, Any]:
         opt = SignSGD(self.prompt.parameters(), lr=self.hparams.lr)
         epochs = self.trainer.max_epochs if self.trainer.max_epochs and self.trainer.max_epochs > 0 else 100
-        drop = max(1, round(self.hparams.lr_drop_at * epochs))
-        sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=[drop], gamma=0.1)
+        sched = torch.optim.lr_scheduler.MultiStepLR(
+            opt, milestones=[lr_drop_milestone(self.hparams.lr_drop_at, epochs)], gamma=0.1
+        )
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "epoch"}}

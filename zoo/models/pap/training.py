@@ -10,7 +10,17 @@ from torch import nn
 
 from zoo.models.pap.prompt import PhaseAmplitudePrompt, check_unit_range
 
-__all__ = ["SignSGD", "cw_rand_margin", "pap_loss", "predict_with_prompts", "random_wrong_labels", "update_lambda"]
+__all__ = [
+    "SignSGD",
+    "cw_rand_margin",
+    "fit_prompt",
+    "lambda_counts",
+    "lr_drop_milestone",
+    "pap_loss",
+    "predict_with_prompts",
+    "random_wrong_labels",
+    "update_lambda",
+]
 
 
 class SignSGD(torch.optim.Optimizer):
@@ -130,6 +140,17 @@ def update_lambda(
     return new, True
 
 
+@torch.no_grad()
+def lambda_counts(
+    base: nn.Module, prompt: PhaseAmplitudePrompt, x_adv: torch.Tensor, labels: torch.Tensor
+) -> tuple[int, int]:
+    """The numbers of adversarial images the base gets right under the amplitude-only and under the phase-only
+    prompt of the true label: acc_A and acc_Φ of λ's update (card §2.3), as counts on the same images."""
+    correct_a = int((base(prompt.amplitude_only(x_adv, labels)).argmax(1) == labels).sum())
+    correct_p = int((base(prompt.phase_only(x_adv, labels)).argmax(1) == labels).sum())
+    return correct_a, correct_p
+
+
 def predict_with_prompts(base: nn.Module, prompt: PhaseAmplitudePrompt, x: torch.Tensor) -> torch.Tensor:
     """Inference (card §2.4): ŷ₀ = argmax f(x), then the logits f(prompt(x, ŷ₀)).
 
@@ -144,3 +165,76 @@ def predict_with_prompts(base: nn.Module, prompt: PhaseAmplitudePrompt, x: torch
             "PAP needs one prompt pair per class of the base"
         )
     return base(prompt(x, logits.argmax(1)))
+
+
+def lr_drop_milestone(lr_drop_at: float, epochs: int) -> int:
+    """``MultiStepLR``'s milestone: the reference script trains at lr/10 once epoch ≥ 75 of 100 counting from 1, so
+    the scheduler (stepped after each epoch) drops after 74 steps.
+
+    >>> lr_drop_milestone(0.75, 100), lr_drop_milestone(0.75, 20), lr_drop_milestone(0.75, 1)
+    (74, 14, 1)
+    """
+    return max(1, round(lr_drop_at * epochs) - 1)
+
+
+def fit_prompt(
+    base: nn.Module,
+    prompt: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    attack: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    epochs: int = 20,
+    batch_size: int = 128,
+    lr: float = 0.3,
+    lr_drop_at: float = 0.75,
+    exp_l1_weight: float = 26.0,
+    cw_weight: float = 4.0,
+    cw_margin: float = -0.1,
+    nat_weight: float = 1.0,
+    lambda_every: int | None = 5,
+    lambda_clamp: tuple[float, float] | None = (0.1, 10.0),
+    lambda_images: int = 512,
+    exemplar_init: bool = True,
+    seed: int = 0,
+) -> dict[str, list[float]]:
+    """Train ``prompt`` on the frozen ``base`` with PAP's recipe in a plain loop, the pure-torch twin of
+    :class:`~zoo.models.pap.module.PAPModule` for grids of runs (``zoo reproduce pap``).
+
+    Each shuffled batch is attacked on the bare base (``attack(x, y)``, e.g. a torchattacks PGD), the prompts take
+    one signed step on :func:`pap_loss`, the learning rate drops tenfold after ``lr_drop_at`` of the epochs, and every
+    ``lambda_every`` epochs λ ← λ·acc_A/acc_Φ on fresh attacks of the first ``lambda_images`` training images
+    (``None``: λ stays fixed; prompts without an ``amplitude_only`` part, the pixel prompt, never update it). With
+    ``exemplar_init`` the prompts start from the first image of each class of the first shuffled batches that hold
+    it. Returns the per-epoch mean loss and λ.
+    """
+    base.requires_grad_(False).eval()
+    g = torch.Generator().manual_seed(seed)
+    opt = SignSGD(prompt.parameters(), lr=lr)
+    sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=[lr_drop_milestone(lr_drop_at, epochs)], gamma=0.1)
+    order = torch.randperm(len(x), generator=g)
+    if exemplar_init:  # the first image of each class in the shuffled order (the reference script's loader)
+        prompt.init_from_exemplars(x[order], y[order])
+    has_lambda = lambda_every is not None and hasattr(prompt, "amplitude_only")
+    sub_x, sub_y = x[order[:lambda_images]], y[order[:lambda_images]]
+    history: dict[str, list[float]] = {"loss": [], "lambda": []}
+    for epoch in range(1, epochs + 1):
+        total, batches = 0.0, 0
+        for start in range(0, len(x), batch_size):
+            rows = order[start : start + batch_size]
+            xb, yb = x[rows], y[rows]
+            loss, _ = pap_loss(
+                base, prompt, xb, attack(xb, yb), yb, exp_l1_weight, cw_weight, cw_margin, nat_weight, generator=g
+            )
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            total, batches = total + float(loss.detach()), batches + 1
+        sched.step()
+        if has_lambda and epoch % lambda_every == 0:
+            new, _ = update_lambda(float(prompt.lambda_amp), *lambda_counts(base, prompt, attack(sub_x, sub_y), sub_y),
+                                   lambda_clamp)  # fmt: skip
+            prompt.lambda_amp.fill_(new)
+        history["loss"].append(total / max(batches, 1))
+        history["lambda"].append(float(getattr(prompt, "lambda_amp", torch.tensor(float("nan")))))
+        order = torch.randperm(len(x), generator=g)
+    return history
