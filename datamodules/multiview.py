@@ -147,8 +147,17 @@ class MultiViewDataModule(BatchedDataModule):
         else:
             views, y = load_mat_views(Path(h.data_dir) / f"{h.name}.mat")
         self.train_set = self.val_set = self.test_set = MultiViews(views, y)
-        self.hparams.batch_size = len(y)
         self.n_clusters = int(y.max()) + 1
 
+    # One full batch, always: the size comes from the data (it is not an init argument the hub would record).
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=False, train=True)
+        return self._loader(self.train_set, shuffle=False, train=True, batch_size=len(self.train_set))
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self.val_set, shuffle=False, batch_size=len(self.val_set))
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader(self.test_set, shuffle=False, batch_size=len(self.test_set))
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader(self.test_set, shuffle=False, batch_size=len(self.test_set))

@@ -202,6 +202,13 @@ _PAP_BASE = _Family(
     reproduce=_PAP.reproduce,
     tags=("adversarial-robustness", "classification"),
 )
+_RCSC = _Family(
+    module="zoo.models.rcsc.RCSCModule",
+    datamodule="datamodules.multiview.MultiViewDataModule",
+    paper=Paper("Robust Consensus Anchor Learning for Efficient Multi-view Subspace Clustering"),
+    reproduce="zoo.models.rcsc.reproduce.run",
+    tags=("clustering", "multi-view", "anchor-graph"),
+)
 
 # Sorted by name.
 ENTRIES: tuple[Entry, ...] = (
@@ -245,6 +252,10 @@ ENTRIES: tuple[Entry, ...] = (
         "pap-base", "PGD adversarially trained digits CNN (eps 0.1, 5 steps): the frozen base of pap.", "base-model"
     ),
     _SAE.entry("ra-sae", "Relaxed archetypal SAE: atoms stay within delta of the (scaled) convex hull of the data."),
+    _RCSC.entry(
+        "rcsc",
+        "Multi-view anchor-graph clustering with consensus anchors, learned view weights and a one-pass partition.",
+    ),
     _SEAD.entry(
         "sead", "Streaming ensemble of anomaly detectors: multiplicative weights with share over normalised scores."
     ),

@@ -53,3 +53,22 @@ def test_wrong_view_dims(fitted):
     model, dm, _ = fitted
     with pytest.raises(ValueError, match="model was built for"):
         model.cluster([v[:, :5] for v in dm.train_set.views])
+
+
+def test_a_resumed_fit_continues_the_alternating_optimisation_exactly(tmp_path) -> None:
+    """``--ckpt_path last`` restores Z, G, C, W, A, α and the round: the resumed fit ends where the whole one does."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    def fit(root, epochs: int, ckpt: str | None = None) -> RCSCModule:
+        model = RCSCModule(view_dims=[10, 15, 30], n_clusters=3, n_anchors=9, warmup=3, max_iter=12, tol=0.0)
+        trainer = Trainer(max_epochs=epochs, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                          limit_val_batches=0, callbacks=[ModelCheckpoint(dirpath=root, save_last=True)])  # fmt: skip
+        trainer.fit(model, MultiViewDataModule(n_per=30, n_clusters=3, noise_dim=30), ckpt_path=ckpt)
+        return model
+
+    whole = fit(tmp_path / "whole", 12)
+    fit(tmp_path / "part", 6)
+    resumed = fit(tmp_path / "part", 12, str(tmp_path / "part" / "last.ckpt"))
+    assert resumed.rounds == whole.rounds == 12
+    assert resumed.history == whole.history
+    torch.testing.assert_close(resumed.state.Z, whole.state.Z)

@@ -3,6 +3,7 @@
 No official code: the objective is the card's marked reconstruction on SMVSC's official code (see solver.py).
 """
 
+from zoo.models.rcsc.module import RCSCModule
 from zoo.models.rcsc.solver import (
     RCSC,
     RCSCState,
@@ -11,4 +12,4 @@ from zoo.models.rcsc.solver import (
     spectral_labels,
 )
 
-__all__ = ["RCSC", "RCSCState", "objective", "project_simplex", "spectral_labels"]
+__all__ = ["RCSC", "RCSCModule", "RCSCState", "objective", "project_simplex", "spectral_labels"]

@@ -6,7 +6,7 @@ SMVSC is the option ``beta=0, partition="spectral"``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -41,7 +41,7 @@ class RCSCModule(ZooModule):
 
     def __init__(self, view_dims: list[int], n_clusters: int, n_anchors: int | None = None,
                  latent_dim: int | None = None, lam: float = 1.0, beta: float = 1.0, max_iter: int = 50,
-                 tol: float = 1e-3, warmup: int = 10, inner: int = 20, partition: str = "onepass",
+                 tol: float = 1e-3, warmup: int = 10, inner: int = 20, partition: Literal["onepass", "spectral"] = "onepass",
                  temperature: float = 1.0, seed: int = 0) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -59,6 +59,8 @@ class RCSCModule(ZooModule):
         self.state: S.RCSCState | None = None
         self.history: list[float] = []
         self.rounds = 0
+        self._resumed: dict[str, Any] | None = None
+        self.labels_: Tensor | None = None  # the fitted partition (one-pass G, or SMVSC's spectral labels)
         metrics = MetricCollection({"accuracy": ClusterAccuracy(num_classes=K), "nmi": NormalizedMutualInfoScore(),
                                     "ari": AdjustedRandScore()})
         self.metrics = torch.nn.ModuleDict({k: metrics.clone(prefix=f"{k}/") for k in ("val", "test")})
@@ -78,38 +80,73 @@ class RCSCModule(ZooModule):
 
     def training_step(self, batch: tuple[list[Tensor], Tensor], batch_idx: int) -> Tensor:
         views, _ = batch
-        if self.state is None:  # first round: statistics, checks and the card's initialisation
+        if self.state is None:  # first round: statistics, checks and the card's initialisation (or a resumed state)
             self._check(views)
             for i, v in enumerate(views):
                 getattr(self, f"mean{i}").copy_(v.double().mean(0))
                 getattr(self, f"std{i}").copy_(v.double().std(0).clamp_min(1e-12))
             self.solver.device = self.A.device
             self.X = self.solver.prepare(views)
-            self.state = self.solver.init_state(self.X)
-            self.history = [S.objective(self.X, self.state, self.solver.lam, 0.0)]
+            if self._resumed is not None:
+                self.state, self.history, self.rounds = self._restore(self._resumed)
+                self._resumed = None
+            else:
+                self.state = self.solver.init_state(self.X)
+                self.history = [S.objective(self.X, self.state, self.solver.lam, 0.0)]
         prev = self.history[-1]
         obj = self.solver.step(self.X, self.state, self.rounds)
         self.history.append(obj)
         self.rounds += 1
-        self._sync()
+        last = self.solver.should_stop(self.state, self.rounds - 1)
+        self._sync(final=last)
         rel = abs(prev - obj) / max(abs(prev), 1e-12)
         self.log_dict({"objective": obj, "rel_change": rel}, prog_bar=True)
         self.log_dict({f"alpha/{i}": float(a) for i, a in enumerate(self.state.alpha)})
-        if self.solver.should_stop(self.state, self.rounds - 1):
+        if last:
             self.trainer.should_stop = True
         return torch.tensor(obj)
 
-    def _sync(self) -> None:
-        """Copy the solver's state into the buffers (C from the labels, so SMVSC gets centroids too)."""
+    def _sync(self, final: bool = False) -> None:
+        """Copy the solver's state into the buffers. C holds the cluster means of Z for ``cluster``: from the
+        one-pass labels G while β is on (cheap, every round); otherwise (the warm-up, SMVSC) from the spectral
+        labels, computed only on the last round, as they cost a k-means."""
         s = self.state
         self.A.copy_(s.A)
         self.alpha.copy_(s.alpha)
         for i, w in enumerate(s.W):
             getattr(self, f"W{i}").copy_(w)
-        self.labels_ = torch.as_tensor(self.solver.labels(s), dtype=torch.long) if self.trainer.should_stop or \
-            self.rounds >= self.hparams.max_iter else (s.G if s.G is not None else None)
-        g = self.labels_ if self.labels_ is not None else torch.as_tensor(self.solver.labels(s), dtype=torch.long)
-        self.C.copy_(S.cluster_means(s.Z, g.to(s.Z.device), self.hparams.n_clusters))
+        if final or s.G is not None:
+            g = torch.as_tensor(self.solver.labels(s), dtype=torch.long) if final else s.G
+            self.labels_ = g
+            self.C.copy_(S.cluster_means(s.Z, g.to(s.Z.device), self.hparams.n_clusters))
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """The solver's whole state (Z, G, C, the objective history, the round), so that ``--ckpt_path last`` resumes
+        the alternating optimisation where it stopped instead of starting it again."""
+        super().on_save_checkpoint(checkpoint)
+        if self.state is not None:
+            s = self.state
+            checkpoint["rcsc_state"] = {
+                "W": [w.cpu() for w in s.W], "A": s.A.cpu(), "Z": s.Z.cpu(), "alpha": s.alpha.cpu(),
+                "C": None if s.C is None else s.C.cpu(), "G": None if s.G is None else s.G.cpu(),
+                "state_history": list(s.history), "history": list(self.history), "rounds": self.rounds,
+            }  # fmt: skip
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
+        self._resumed = checkpoint.get("rcsc_state")
+
+    def _restore(self, saved: dict[str, Any]) -> tuple[S.RCSCState, list[float], int]:
+        if saved["Z"].shape[1] != self.X[0].shape[1]:
+            raise ValueError(f"the checkpoint's anchor graph has {saved['Z'].shape[1]} samples, the data "
+                             f"{self.X[0].shape[1]}: resume on the data the fit started on")  # fmt: skip
+        dev = self.A.device
+        state = S.RCSCState(
+            W=[w.to(dev) for w in saved["W"]], A=saved["A"].to(dev), Z=saved["Z"].to(dev), alpha=saved["alpha"].to(dev),
+            C=None if saved["C"] is None else saved["C"].to(dev), G=None if saved["G"] is None else saved["G"].to(dev),
+            history=list(saved["state_history"]),
+        )  # fmt: skip
+        return state, list(saved["history"]), int(saved["rounds"])
 
     @torch.no_grad()
     def cluster(self, views: list[Tensor]) -> Tensor:
@@ -139,3 +176,8 @@ class RCSCModule(ZooModule):
 
     def predict_step(self, batch: tuple[list[Tensor], Tensor], batch_idx: int) -> Tensor:
         return self.cluster(batch[0])
+
+    def forward(self, batch: tuple[list[Tensor], Tensor] | list[Tensor]) -> Tensor:
+        """Cluster labels ``[n]`` of a ``(views, labels)`` batch or a list of ``[n, d_v]`` views (see ``cluster``)."""
+        views = batch[0] if isinstance(batch, tuple) else batch
+        return self.cluster(list(views))
