@@ -218,7 +218,7 @@ def fit_prompt(
     sub_x, sub_y = x[order[:lambda_images]], y[order[:lambda_images]]
     history: dict[str, list[float]] = {"loss": [], "lambda": []}
     for epoch in range(1, epochs + 1):
-        total, batches = 0.0, 0
+        total, batches = torch.zeros((), device=x.device), 0  # summed on the device: no host sync per step
         for start in range(0, len(x), batch_size):
             rows = order[start : start + batch_size]
             xb, yb = x[rows], y[rows]
@@ -228,13 +228,13 @@ def fit_prompt(
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            total, batches = total + float(loss.detach()), batches + 1
+            total, batches = total + loss.detach(), batches + 1
         sched.step()
         if has_lambda and epoch % lambda_every == 0:
             new, _ = update_lambda(float(prompt.lambda_amp), *lambda_counts(base, prompt, attack(sub_x, sub_y), sub_y),
                                    lambda_clamp)  # fmt: skip
             prompt.lambda_amp.fill_(new)
-        history["loss"].append(total / max(batches, 1))
+        history["loss"].append(float(total) / max(batches, 1))
         history["lambda"].append(float(getattr(prompt, "lambda_amp", torch.tensor(float("nan")))))
         order = torch.randperm(len(x), generator=g)
     return history
