@@ -18,7 +18,7 @@ from typing import Sequence
 __all__ = ["main"]
 
 _LIGHTNING = ("fit", "validate", "test", "predict")
-_OWN = ("list", "info", "reproduce", "publish", "winrate")
+_OWN = ("list", "info", "reproduce", "publish", "winrate", "watermark")
 
 
 def _lightning_cli(argv: list[str] | None) -> None:
@@ -84,6 +84,13 @@ def _cmd_winrate(args: argparse.Namespace) -> None:
     print(report(args.file, human=args.human, synthetic=args.synthetic, level=args.level))
 
 
+def _cmd_watermark(args: argparse.Namespace) -> None:
+    from zoo.models.e2e_wm.detect import report
+
+    print(report(args.file, scheme=args.scheme, fpr=args.fpr, key=args.key, gamma=args.gamma,
+                 tokenizer=args.tokenizer, hub=args.hub))  # fmt: skip
+
+
 def _own_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zoo", description="A PyTorch Lightning model zoo of ICML 2025 papers.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -112,6 +119,17 @@ def _own_parser() -> argparse.ArgumentParser:
     p.add_argument("--synthetic", default="synthetic", help="column of synthetic P(A wins), e.g. a reward model's")
     p.add_argument("--level", type=float, default=0.95, help="confidence level of the interval")
     p.set_defaults(func=_cmd_winrate)
+    p = sub.add_parser("watermark", help="watermark tools: `zoo watermark detect FILE`")
+    wsub = p.add_subparsers(dest="action", required=True)
+    p = wsub.add_parser("detect", help="a score, p-value and decision per text of FILE (.txt lines or .jsonl 'text')")
+    p.add_argument("file")
+    p.add_argument("--scheme", default="e2e-wm", help="a zoo watermark entry (e2e-wm), or kgw / unigram")
+    p.add_argument("--fpr", type=float, default=0.01, help="false-positive rate of the decision (p-value ≤ fpr)")
+    p.add_argument("--key", type=int, default=15485863, help="kgw / unigram: the key the text was generated with")
+    p.add_argument("--gamma", type=float, default=0.5, help="kgw / unigram: the green-list share")
+    p.add_argument("--tokenizer", default="synlang", help="kgw / unigram: 'synlang' or a Hugging Face tokenizer")
+    p.add_argument("--hub", default=None, help="hub location to search first (e2e-wm entries)")
+    p.set_defaults(func=_cmd_watermark)
     for name in _LIGHTNING:
         sub.add_parser(name, help=f"Lightning CLI `{name}` (see `zoo {name} --help`)")
     return parser

@@ -210,6 +210,25 @@ _RCSC = _Family(
     tags=("clustering", "multi-view", "anchor-graph"),
 )
 
+_E2E_PAPER = Paper(
+    "An End-to-End Model for Logits-Based Large Language Models Watermarking",
+    code="https://github.com/KAHIMWONG/E2E_LLM_WM",
+    arxiv="2505.02344",
+)
+_E2E = _Family(
+    module="zoo.models.e2e_wm.E2EWatermark",
+    datamodule="datamodules.synlang.SynLangDataModule",
+    paper=_E2E_PAPER,
+    reproduce="zoo.models.e2e_wm.reproduce.run",
+    tags=("language-model", "watermark"),
+)
+_E2E_LM = _Family(
+    module="zoo.models.e2e_wm.SynLangLM",
+    datamodule="datamodules.synlang.SynLangDataModule",
+    paper=_E2E_PAPER,
+    tags=("language-model",),
+)
+
 # Sorted by name.
 ENTRIES: tuple[Entry, ...] = (
     _SAE.entry("a-sae", "Archetypal SAE: TopK SAE whose atoms are convex combinations of k-means candidate points."),
@@ -236,6 +255,14 @@ ENTRIES: tuple[Entry, ...] = (
     _DUAL.entry(
         "dual",
         "Digits classifier trained on the half of the data kept by DUAL + Beta sampling (scores from 30 of 200 epochs).",
+    ),
+    _E2E.entry(
+        "e2e-wm",
+        "Learned LLM watermark: a context encoder's ±δ top-k logit perturbation and an LSTM detector, end to end.",
+    ),
+    _E2E_LM.entry(
+        "e2e-wm-lm",
+        "The frozen tiny GRU LM on SynLang (24 meaning classes × 4 synonyms) that e2e-wm watermarks.",
     ),
     _EFM.entry(
         "efm",

@@ -216,6 +216,28 @@ class HFCausalLM:
         out = self.model(input_ids=tokens[:, :width], attention_mask=mask.long(), output_hidden_states=True)
         return _last(out.logits, lengths), _last(out.hidden_states[-1], lengths)
 
+    # The soft-input interface (``embedding`` / ``begin`` / ``step`` / ``last_hidden``) drives the LM from input
+    # embeddings rather than ids, as differentiable generation does (e2e-wm: Gumbel-softmax mixtures times the
+    # embedding table). Gradients are the caller's choice: these methods add no ``no_grad``.
+    @property
+    def embedding(self) -> Tensor:
+        """The input embedding table ``(V, d)``."""
+        return self.model.get_input_embeddings().weight
+
+    def begin(self, embeds: Tensor) -> tuple[Tensor, object]:
+        """Run equal-length input embeddings ``(B, L, d)``: the next-token logits ``(B, V)`` and the key/value cache."""
+        out = self.model(inputs_embeds=embeds, use_cache=True)
+        return out.logits[:, -1], out.past_key_values
+
+    def step(self, embed: Tensor, state: object) -> tuple[Tensor, object]:
+        """Append one input embedding per row ``(B, d)`` to the cache ``state``: logits ``(B, V)``, the new cache."""
+        out = self.model(inputs_embeds=embed[:, None], past_key_values=state, use_cache=True)
+        return out.logits[:, -1], out.past_key_values
+
+    def last_hidden(self, embeds: Tensor) -> Tensor:
+        """The last layer's hidden state at the final position of ``embeds`` ``(B, L, d)``: ``(B, D)``."""
+        return self.model(inputs_embeds=embeds, output_hidden_states=True).hidden_states[-1][:, -1]
+
 
 class FullSequenceLM:
     """``(tokens, lengths) -> (logits, hidden)`` for any ``fn(tokens) -> logits (R, W, V)`` (hidden = logits)."""

@@ -1,0 +1,153 @@
+"""Generation through the frozen LM: differentiable (Gumbel-softmax mixtures, training) and hard (evaluation).
+
+``generator`` is anything with the soft-input interface of :mod:`zoo.models.e2e_wm.lm` (``embedding``, ``begin``,
+``step``, ``last_hidden``). Every loop is batched over rows: one LM call per generated position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["differentiable_generate", "gumbel_mix", "online_paraphrase", "online_semantic", "sample", "soft_synonym_swap"]
+
+Perturb = Callable[[Tensor, Tensor], Tensor]  # (logits (B, V), context embeddings (B, w − 1, d)) -> logits
+
+
+def gumbel_mix(
+    logits: Tensor, tau: float, hard_weight: float = 0.5, temperature: float = 1.0, generator: torch.Generator | None = None
+) -> Tensor:
+    """``hard_weight·onehot(argmax y) + (1 − hard_weight)·y``, ``y = GumbelSoftmax(log_softmax(logits/T), τ)``.
+
+    The card's soft/hard mix (0.5/0.5): the hard half has no gradient, the soft half carries it. ``(B, V)``.
+
+    Example:
+        >>> m = gumbel_mix(torch.randn(3, 10), tau=0.5, generator=torch.Generator().manual_seed(0))
+        >>> torch.allclose(m.sum(-1), torch.ones(3)), bool((m.max(-1).values >= 0.5).all())
+        (True, True)
+    """
+    u = torch.rand(logits.shape, generator=generator, dtype=torch.float32).to(logits.device).clamp(1e-10, 1 - 1e-7)
+    g = -(-u.log()).log()
+    y = ((logits.float() / temperature).log_softmax(-1) + g).div(tau).softmax(-1)
+    hard = nn.functional.one_hot(y.argmax(-1), y.shape[-1]).to(y.dtype)
+    return hard_weight * hard + (1 - hard_weight) * y
+
+
+def differentiable_generate(
+    generator: Any,
+    prompt_embeds: Tensor,
+    n_new: int,
+    perturb: Perturb | None,
+    window: int,
+    tau: float = 0.5,
+    hard_weight: float = 0.5,
+    temperature: float = 1.0,
+    rng: torch.Generator | None = None,
+) -> Tensor:
+    """``n_new`` mixture vectors ``(B, n_new, V)`` after equal-length prompts ``(B, P, d)``.
+
+    The LM runs under ``no_grad`` (the card: no gradient flows back through the autoregressive chain); the encoder
+    ``perturb`` sees the last ``window − 1`` input embeddings (hard prompt rows, then the mixtures times the table)
+    and is the only path from its parameters to each mixture. ``perturb=None`` is the unwatermarked branch.
+    """
+    E = generator.embedding
+    if perturb is not None and prompt_embeds.shape[1] < window - 1:
+        raise ValueError(f"prompts of {prompt_embeds.shape[1]} tokens are shorter than the encoder's context "
+                         f"({window - 1} tokens)")  # fmt: skip
+    with torch.no_grad():
+        logits, state = generator.begin(prompt_embeds)
+    recent = list(prompt_embeds[:, -(window - 1) :].unbind(1)) if window > 1 else []
+    mixes = []
+    for _ in range(n_new):
+        if perturb is not None:
+            ctx = torch.stack(recent, 1) if recent else prompt_embeds[:, :0]
+            logits = perturb(logits, ctx)
+        m = gumbel_mix(logits, tau, hard_weight, temperature, rng)
+        mixes.append(m)
+        emb = m.to(E.dtype) @ E
+        if window > 1:
+            recent = recent[1:] + [emb]
+        with torch.no_grad():
+            logits, state = generator.step(emb, state)
+    return torch.stack(mixes, 1)
+
+
+@torch.no_grad()
+def sample(
+    generator: Any,
+    prompts: Tensor,
+    n_new: int,
+    processors: Sequence[Callable[[Tensor, Tensor], Tensor]] = (),
+    temperature: float = 1.0,
+    rng: torch.Generator | None = None,
+    return_kl: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Ancestral sampling of ``n_new`` tokens after ``prompts`` ``(B, P)``: ``(B, P + n_new)`` ids.
+
+    ``processors`` are Hugging Face ``LogitsProcessor``-style callables ``(input_ids, scores) -> scores`` applied in
+    order at every step (the watermarks), then the temperature (as ``generate`` applies warpers after processors).
+    With ``return_kl`` also the watermark's distortion per row ``(B,)``: the mean over steps of KL(q ‖ p) between the
+    distribution sampled (q, after the processors) and the LM's own (p), in nats.
+    """
+    E = generator.embedding
+    logits, state = generator.begin(E[prompts])
+    ids, kl = prompts, torch.zeros(len(prompts), device=prompts.device)
+    for _ in range(n_new):
+        scores = logits.float()
+        for proc in processors:
+            scores = proc(ids, scores)
+        log_q = (scores / temperature).log_softmax(-1)
+        if return_kl:
+            kl += (log_q.exp() * (log_q - (logits.float() / temperature).log_softmax(-1))).sum(-1)
+        probs = log_q.exp()
+        nxt = torch.multinomial(probs.cpu() if rng is not None else probs, 1, generator=rng).to(ids.device)
+        ids = torch.cat([ids, nxt], 1)
+        logits, state = generator.step(E[nxt[:, 0]], state)
+    return (ids, kl / max(n_new, 1)) if return_kl else ids
+
+
+def soft_synonym_swap(mixes: Tensor, synonym_average: Tensor, p: float, rng: torch.Generator | None = None) -> Tensor:
+    """The toy noise layer: ``(1 − m)⊙x + m⊙(x·S)`` with a Bernoulli(``p``) position mask m (card §5).
+
+    ``mixes`` are vocabulary-space vectors ``(B, T, V)``; ``S`` ``(V, V)`` averages each row within its synonym block
+    (a mean-field surrogate of replacing the token by a random synonym), so gradients pass through.
+    """
+    m = (torch.rand(mixes.shape[:2], generator=rng) < p).to(mixes.device, mixes.dtype)[..., None]
+    return (1 - m) * mixes + m * (mixes @ synonym_average.to(mixes))
+
+
+def online_semantic(generator: Any, before: Tensor, text_embeds: Tensor, after: Tensor) -> Tensor:
+    """Online prompting for meaning: the last hidden state of ``before ‖ text ‖ after`` ``(B, D)``, differentiable in
+    ``text_embeds`` ``(B, T, d)`` (``before``/``after``: template token ids, e.g. ``This sentence : "`` and
+    ``" means in one word:"``)."""
+    E = generator.embedding
+    b = len(text_embeds)
+    seq = torch.cat([E[before].expand(b, -1, -1), text_embeds.to(E.dtype), E[after].expand(b, -1, -1)], 1)
+    return generator.last_hidden(seq)
+
+
+def online_paraphrase(generator: Any, before: Tensor, text_embeds: Tensor, after: Tensor, n_new: int,
+                      hard_weight: float = 0.5) -> Tensor:  # fmt: skip
+    """The paraphrase noise layer: prompt the frozen LM to rewrite ``text_embeds`` and generate ``n_new`` mixtures
+    ``(B, n_new, V)`` by greedy mixing ``hard_weight·onehot(argmax ℓ) + (1 − hard_weight)·softmax(ℓ)`` (no Gumbel
+    noise). As in the official code only the last step's LM forward keeps gradients (to the whole input)."""
+    E = generator.embedding
+    b = len(text_embeds)
+    seq = torch.cat([E[before].expand(b, -1, -1), text_embeds.to(E.dtype), E[after].expand(b, -1, -1)], 1)
+    mixes = []
+
+    def mix(logits: Tensor) -> Tensor:
+        p = logits.float().softmax(-1)
+        return hard_weight * nn.functional.one_hot(p.argmax(-1), p.shape[-1]).to(p) + (1 - hard_weight) * p
+
+    with torch.no_grad():
+        logits, state = generator.begin(seq)
+        for _ in range(n_new - 1):
+            mixes.append(mix(logits))
+            logits, state = generator.step(mixes[-1].to(E.dtype) @ E, state)
+    generated = torch.stack(mixes, 1).to(E.dtype) @ E if mixes else seq[:, :0]
+    last = generator.begin(torch.cat([seq, generated], 1))[0]  # the one forward with gradients
+    return torch.cat([torch.stack(mixes, 1), mix(last)[:, None]], 1) if mixes else mix(last)[:, None]
