@@ -5,7 +5,11 @@ from zoo.models.e2e_wm.metrics import detection_metrics
 from zoo.models.e2e_wm.mgda import mgda_two_task
 from zoo.models.e2e_wm.module import E2EWatermark
 from zoo.models.e2e_wm.nets import PerturbationEncoder, WatermarkDecoder
-from zoo.models.e2e_wm.watermarks import E2ELogitsProcessor, KGWWatermark, UnigramWatermark
+from zoo.models.e2e_wm.watermarks import (
+    E2ELogitsProcessor,
+    KGWWatermark,
+    UnigramWatermark,
+)
 
 __all__ = [
     "GRULM",

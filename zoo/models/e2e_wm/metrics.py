@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torchmetrics.functional.classification import binary_auroc, binary_precision_recall_curve, binary_roc
+from torchmetrics.functional.classification import (
+    binary_auroc,
+    binary_precision_recall_curve,
+    binary_roc,
+)
 
 __all__ = ["detection_metrics", "tpr_at_fpr"]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, Literal
 
 import torch
@@ -19,8 +18,8 @@ from zoo.models.e2e_wm.generation import (
     soft_synonym_swap,
 )
 from zoo.models.e2e_wm.lm import _module, load_generator
-from zoo.models.e2e_wm.mgda import mgda_two_task
 from zoo.models.e2e_wm.metrics import tpr_at_fpr
+from zoo.models.e2e_wm.mgda import mgda_two_task
 from zoo.models.e2e_wm.nets import PerturbationEncoder, WatermarkDecoder
 from zoo.models.e2e_wm.watermarks import E2ELogitsProcessor
 from zoo.module import ZooModule
@@ -229,7 +228,7 @@ class E2EWatermark(ZooModule):
     def _branches(self, prompts: Tensor) -> tuple[Tensor, Tensor]:
         hp, E = self.hparams, self.generator.embedding
         kw = {"window": hp.window, "tau": hp.gumbel_tau, "hard_weight": hp.hard_weight, "temperature": hp.temperature}
-        perturb = lambda logits, ctx: self.encoder(logits, ctx, E)  # noqa: E731
+        perturb = lambda logits, ctx: self.encoder(logits, ctx, E)
         x_w = differentiable_generate(self.generator, E[prompts], hp.gen_len, perturb, **kw)
         with torch.no_grad():
             x_n = differentiable_generate(self.generator, E[prompts], hp.gen_len, None, **kw)
@@ -284,7 +283,7 @@ class E2EWatermark(ZooModule):
         super().on_load_checkpoint(checkpoint)
         self.train_steps = int(checkpoint.get("e2e_train_steps", 0))
 
-    def train(self, mode: bool = True) -> "E2EWatermark":
+    def train(self, mode: bool = True) -> E2EWatermark:
         super().train(mode)
         self.frozen_lm.eval()  # frozen: no dropout in its forward, whatever the module's mode
         return self
