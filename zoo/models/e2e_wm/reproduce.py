@@ -52,7 +52,7 @@ PROMPT, LENGTH, N_EVAL, BATCH = 4, 48, 500, 32
 ATTACKS = (0.0, 0.3, 0.5)
 SETTINGS = {
     "full": {"seeds": (0, 1, 2), "steps": 450, "deltas": (0.5, 1.0, 1.5, 2.0, 3.0)},
-    "quick": {"seeds": (0,), "steps": 200, "deltas": (1.0, 2.0)},
+    "quick": {"seeds": (0,), "steps": 200, "deltas": (1.0, 2.0, 3.0)},
 }
 E2E_ARMS = {"e2e": {}, "e2e-no-noise": {"noise": "none"}, "e2e-init": {"train_encoder": False}}
 
@@ -160,9 +160,76 @@ def _add_tradeoff(r: dict[str, Any], arms: tuple[str, ...], seeds: tuple[int, ..
                 )
 
 
-# Calibration: see the comment block filled in from the 3-seed full run (below CLAIMS).
-CLAIMS: tuple[Claim, ...] = ()
-CHECKS: tuple[Check, ...] = ()
+_NONE = "no watermark: unwatermarked samples of the same LM scored by the seed's trained E2E decoder"
+_INIT = "the encoder left at initialisation (only the decoder trained, same schedule)"
+_KGW3 = "KGW at matched distortion: δ = 3, KL 0.47-0.53 nats/token against E2E's 0.47-0.51"
+
+# Calibration (``python -c "from zoo.models.e2e_wm.reproduce import run; run(out='/tmp/e2e-full')"``, seeds 0, 1, 2,
+# 746 s): per seed 0 / 1 / 2, method | stand-ins.
+#
+#   e2e_auc_at_least_0.98_unattacked   e2e 0.9989 / 0.9998 / 0.9987 | e2e-init 0.911 / 0.945 / 0.969, none 0.50 / 0.49 /
+#       0.53
+#   e2e_auc_at_least_0.85_at_50pct_swap  e2e 0.875 / 0.867 / 0.864 | kgw-d3 0.811 / 0.883 / 0.810 (mean 0.835),
+#       e2e-init 0.757 / 0.740 / 0.810, none 0.52 / 0.47 / 0.51. On the means; kgw-d3 passes on seed 1 alone, so the
+#       margin is thin and the claim is about the seed mean.
+#   reported: noise_layer_adds_0.03_auc_at_50pct_swap  +0.045 / +0.013 / +0.048 (holds on 2 of 3 seeds)
+#   reported: e2e_above_kgw_tradeoff_kl_by_0.03  +0.064 / +0.003 / +0.054, and e2e-init +0.10 / +0.06 / +0.11: the
+#       untrained encoder's small perturbation (KL 0.07-0.12) sits further above KGW's curve than E2E does.
+#   reported: e2e_beats_unigram_at_matched_kl  unigram-d2 (KL 0.31-0.36) 0.967 / 0.980 / 0.957 at 50 % swap: Unigram
+#       dominates E2E on this attack, as the review predicted.
+# Checks: the card's non-inferiority (c), tradeoff_kl ≥ −0.02 (no stand-in can fail it: KGW itself sits at 0), and
+# the noise layer within 0.02 of the ablation.
+CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        "e2e_auc_at_least_0.98_unattacked",
+        lambda r, a: r[f"{a}/auc_0"],
+        at_least=0.98,
+        method="e2e",
+        stand_ins={"none": _NONE, "e2e-init": _INIT},
+        text="the learned watermark is detected (card §5 (a): AUC ≥ 0.95), and it is the training that does it",
+    ),
+    Claim(
+        "e2e_auc_at_least_0.85_at_50pct_swap",
+        lambda r, a: r[f"{a}/auc_50"],
+        at_least=0.85,
+        method="e2e",
+        stand_ins={"none": _NONE, "e2e-init": _INIT, "kgw-d3": _KGW3},
+        text="robust to 50 % synonym substitution, where KGW at the same distortion falls below (card §5 (b), (c))",
+    ),
+    Claim(
+        "noise_layer_adds_0.03_auc_at_50pct_swap",
+        lambda r, a: r[f"{a}/auc_50"] - r["e2e-no-noise/auc_50"],
+        at_least=0.03,
+        method="e2e",
+        stand_ins={"e2e-no-noise": "the same training without the noise layer"},
+        asserted=False,
+        text="the noise layer buys robustness (held on 2 of 3 seeds: reported)",
+    ),
+    Claim(
+        "e2e_above_kgw_tradeoff_kl_by_0.03",
+        lambda r, a: r[f"{a}/tradeoff_kl"],
+        at_least=0.03,
+        method="e2e",
+        stand_ins={"kgw-d2": "KGW on its own curve", "e2e-init": _INIT},
+        asserted=False,
+        text="E2E lies above KGW's robustness-distortion curve (the untrained encoder lies further above: reported)",
+    ),
+    Claim(
+        "e2e_beats_unigram_at_50pct_swap",
+        lambda r, a: r[f"{a}/auc_50"] - r["unigram-d2/auc_50"],
+        at_least=0.0,
+        method="e2e",
+        stand_ins={"none": _NONE},
+        asserted=False,
+        text="E2E beats the context-free Unigram list under synonym swaps (did not reproduce: Unigram dominates)",
+    ),
+)
+CHECKS: tuple[Check, ...] = (
+    Check("e2e_on_or_above_kgw_tradeoff_kl", lambda r: r["e2e/tradeoff_kl"], at_least=-0.02,
+          text="card §5 (c): AUC_E2E@50 % ≥ KGW's at the same distortion − 0.02"),  # fmt: skip
+    Check("noise_layer_within_0.02_of_ablation", lambda r: r["e2e/auc_50"] - r["e2e-no-noise/auc_50"],
+          at_least=-0.02, text="card §5 (c): with the noise layer ≥ without, within 0.02"),  # fmt: skip
+)
 
 
 def _plot(r: Mapping[str, Any], path: Path) -> None:
