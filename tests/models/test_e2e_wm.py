@@ -19,7 +19,11 @@ from zoo.models.e2e_wm import (
     detection_metrics,
     mgda_two_task,
 )
-from zoo.models.e2e_wm.generation import differentiable_generate, gumbel_mix, soft_synonym_swap
+from zoo.models.e2e_wm.generation import (
+    differentiable_generate,
+    gumbel_mix,
+    soft_synonym_swap,
+)
 from zoo.models.e2e_wm.lm import GRULM
 from zoo.models.e2e_wm.watermarks import green_lists
 
@@ -182,8 +186,7 @@ def _tiny_hf(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-    words = ("the a cat dog sat ran on mat log sentence means in one word rewrite following text maintaining original "
-             "meaning now start above user target rewritten this : \" . , [ ] jockey riding horse equestrian").split()
+    words = ["the", "a", "cat", "dog", "sat", "ran", "on", "mat", "log", "sentence", "means", "in", "one", "word", "rewrite", "following", "text", "maintaining", "original", "meaning", "now", "start", "above", "user", "target", "rewritten", "this", ":", '"', ".", ",", "[", "]", "jockey", "riding", "horse", "equestrian"]
     vocab = {"<unk>": 0, **{w: i + 1 for i, w in enumerate(dict.fromkeys(words))}}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()])

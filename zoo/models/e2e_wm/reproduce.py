@@ -171,7 +171,7 @@ _KGW3 = "KGW at matched distortion: δ = 3, KL 0.47-0.53 nats/token against E2E'
 #       0.53
 #   e2e_auc_at_least_0.85_at_50pct_swap  e2e 0.875 / 0.867 / 0.864 | kgw-d3 0.811 / 0.883 / 0.810 (mean 0.835),
 #       e2e-init 0.757 / 0.740 / 0.810, none 0.52 / 0.47 / 0.51. On the means; kgw-d3 passes on seed 1 alone, so the
-#       margin is thin and the claim is about the seed mean.
+#       margin is thin: the quick run (200 steps, seed 0) gave 0.840, so it is reported, not asserted.
 #   reported: noise_layer_adds_0.03_auc_at_50pct_swap  +0.045 / +0.013 / +0.048 (holds on 2 of 3 seeds)
 #   reported: e2e_above_kgw_tradeoff_kl_by_0.03  +0.064 / +0.003 / +0.054, and e2e-init +0.10 / +0.06 / +0.11: the
 #       untrained encoder's small perturbation (KL 0.07-0.12) sits further above KGW's curve than E2E does.
@@ -194,7 +194,9 @@ CLAIMS: tuple[Claim, ...] = (
         at_least=0.85,
         method="e2e",
         stand_ins={"none": _NONE, "e2e-init": _INIT, "kgw-d3": _KGW3},
-        text="robust to 50 % synonym substitution, where KGW at the same distortion falls below (card §5 (b), (c))",
+        asserted=False,
+        text="robust to 50 % synonym substitution, where KGW at the same distortion falls below (card §5 (b), (c)); "
+        "held on the 3-seed full run's mean, but the quick run (200 steps) gave 0.840: reported",
     ),
     Claim(
         "noise_layer_adds_0.03_auc_at_50pct_swap",
