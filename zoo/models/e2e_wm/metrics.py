@@ -24,7 +24,7 @@ def detection_metrics(positives: Tensor, negatives: Tensor) -> dict[str, float]:
 
     Example:
         >>> m = detection_metrics(torch.tensor([3.0, 2.0, 0.5]), torch.tensor([0.0, 1.0, 0.6]))
-        >>> round(m["auc"], 3), m["tpr@1%"], round(m["best_f1"], 3)
+        >>> round(m["auc"], 3), round(m["tpr@1%"], 3), round(m["best_f1"], 3)
         (0.778, 0.667, 0.8)
     """
     if positives.numel() == 0 or negatives.numel() == 0:
