@@ -230,6 +230,23 @@ def test_real_path_tiny_gpt2(tmp_path):
         E2EWatermark(lm=path, noise="synonym")
 
 
+def test_document_path_tokenizes_and_filters(tmp_path):
+    """The real-data path of SynLangDataModule: a .jsonl of documents read by a Hugging Face tokenizer folder."""
+    path, _, tok = _tiny_hf(tmp_path / "lm")
+    docs = ["the cat sat on the mat . the dog ran", "a dog", "the dog sat on a log , the cat ran on the mat"] * 4
+    f = tmp_path / "docs.jsonl"
+    f.write_text("\n".join(json.dumps({"text": d}) for d in docs))
+    dm = SynLangDataModule(seq_len=6, val_size=2, test_size=2, batch_size=2, texts=str(f), tokenizer=path)
+    dm.setup()
+    rows = torch.cat([dm.train_set.tensors[0], dm.val_set.tensors[0], dm.test_set.tensors[0]])
+    assert rows.shape == (8, 6)  # the 4 two-word documents are too short and dropped
+    assert rows[0].tolist() == tok("the cat sat on the mat", add_special_tokens=False)["input_ids"]
+    with pytest.raises(FileNotFoundError, match="one document per line"):
+        SynLangDataModule(texts=str(tmp_path / "none.txt"), tokenizer=path).setup()
+    with pytest.raises(ValueError, match="or neither"):
+        SynLangDataModule(texts=str(f))
+
+
 def test_cli_watermark_detect(tmp_path, capsys):
     from zoo.cli import main
 

@@ -29,7 +29,9 @@ def gumbel_mix(
         >>> torch.allclose(m.sum(-1), torch.ones(3)), bool((m.max(-1).values >= 0.5).all())
         (True, True)
     """
-    u = torch.rand(logits.shape, generator=generator, dtype=torch.float32).to(logits.device).clamp(1e-10, 1 - 1e-7)
+    # Drawn on the logits' device (no host-to-device copy per generated token) unless a CPU generator is given.
+    device = logits.device if generator is None else generator.device
+    u = torch.rand(logits.shape, generator=generator, device=device).to(logits.device).clamp(1e-10, 1 - 1e-7)
     g = -(-u.log()).log()
     y = ((logits.float() / temperature).log_softmax(-1) + g).div(tau).softmax(-1)
     hard = nn.functional.one_hot(y.argmax(-1), y.shape[-1]).to(y.dtype)
@@ -115,7 +117,8 @@ def soft_synonym_swap(mixes: Tensor, synonym_average: Tensor, p: float, rng: tor
     ``mixes`` are vocabulary-space vectors ``(B, T, V)``; ``S`` ``(V, V)`` averages each row within its synonym block
     (a mean-field surrogate of replacing the token by a random synonym), so gradients pass through.
     """
-    m = (torch.rand(mixes.shape[:2], generator=rng) < p).to(mixes.device, mixes.dtype)[..., None]
+    device = mixes.device if rng is None else rng.device
+    m = (torch.rand(mixes.shape[:2], generator=rng, device=device) < p).to(mixes.device, mixes.dtype)[..., None]
     return (1 - m) * mixes + m * (mixes @ synonym_average.to(mixes))
 
 

@@ -247,7 +247,7 @@ class E2EWatermark(ZooModule):
         loss_d = hp.detection_weight * nn.functional.binary_cross_entropy_with_logits(logits, target)
         opt_e.zero_grad()
         opt_d.zero_grad()
-        params = [p for p in self.encoder.parameters()]
+        params = list(self.encoder.parameters())
         joint = hp.train_encoder and step >= hp.semantic_from
         self.manual_backward(loss_d, retain_graph=joint)
         if joint:
