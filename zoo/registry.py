@@ -228,6 +228,18 @@ _E2E_LM = _Family(
     paper=_E2E_PAPER,
     tags=("language-model",),
 )
+_RERD = _Family(
+    module="zoo.models.reward_refine.MaskedDiffusion",
+    datamodule="datamodules.dna.MarkovDNADataModule",
+    paper=Paper(
+        "Reward-Guided Iterative Refinement in Diffusion Models at Test-Time with Applications to Protein and DNA "
+        "Design",
+        code="https://github.com/masa-ue/ProDifEvo-Refinement",
+        arxiv="2502.14944",
+    ),
+    reproduce="zoo.models.reward_refine.reproduce.run",
+    tags=("diffusion", "discrete-diffusion", "sampling", "design"),
+)
 
 # Sorted by name.
 ENTRIES: tuple[Entry, ...] = (
@@ -282,6 +294,10 @@ ENTRIES: tuple[Entry, ...] = (
     _RCSC.entry(
         "rcsc",
         "Multi-view anchor-graph clustering with consensus anchors, learned view weights and a one-pass partition.",
+    ),
+    _RERD.entry(
+        "reward-refine",
+        "Masked discrete diffusion on synthetic DNA, designed at test time by reward-guided iterative refinement.",
     ),
     _SEAD.entry(
         "sead", "Streaming ensemble of anomaly detectors: multiplicative weights with share over normalised scores."
