@@ -139,6 +139,11 @@ def test_budget_smaller_than_one_round_is_an_error() -> None:
     assert rounds_for_budget(refine_budget(32, 4, 10, 8, 4), 32, 4, 8, 4) == 10
     with pytest.raises(ValueError, match="smaller than one round"):
         rounds_for_budget(140, 32, 4, 8, 4)
+    net, g = FixedLogits([0.25] * 4, 8), torch.Generator().manual_seed(0)
+    d = refine(net, MotifReward(), 4, positions=2, candidates=2, init_candidates=2, budget=40, generator=g)
+    assert len(d.trajectory) == 1 + (40 - 16) // 5 and d.reward_calls <= 40
+    with pytest.raises(ValueError, match="a budget of 20 reward calls per sequence is smaller than one round"):
+        refine(net, MotifReward(), 4, positions=2, candidates=2, init_candidates=2, budget=20)
 
 
 def test_resample_weights_ess_and_nan() -> None:

@@ -387,6 +387,7 @@ def refine(
     n_valid: int | None = None,
     generator: torch.Generator | None = None,
     progress: bool = False,
+    budget: int | None = None,
 ) -> Design:
     """Reward-guided iterative refinement (RERD): an SVDD pass, then ``rounds`` of resample, re-mask, re-unmask.
 
@@ -394,7 +395,8 @@ def refine(
     re-masks ``positions`` uniformly random positions per sequence (K/T = positions / L) and unmasks them again with
     the guided step (``candidates`` per position; 1 is the GA ablation: unguided diffusion mutations plus
     selection). ``init`` (sequences ``(n, L)``, or one ``(L,)`` repeated) starts from seed designs instead of the
-    SVDD pass (the official ``..._edit_initial``).
+    SVDD pass (the official ``..._edit_initial``). ``budget`` (reward calls per sequence) sets ``rounds`` to as
+    many as it pays for (:func:`rounds_for_budget`; an error below one round).
 
     ``alpha``: the official code's ``exp(5·r)``, α = 0.2, set for protein rewards in [0, 1]. The weights depend on
     the reward's scale: :attr:`Design.ess` reports each round's effective sample size, so a collapse to one
@@ -411,6 +413,8 @@ def refine(
     start = time.perf_counter()
     counted = CountedReward(reward)
     length, mask_id = _length(denoiser, length), _mask_id(denoiser, mask_id)
+    if budget is not None:
+        rounds = rounds_for_budget(budget, length, init_candidates, positions, candidates, seeded=init is not None)
     forward, device = _Forward(denoiser, n_valid), _device(denoiser)
     evaluate = _evaluator(reward)
     if init is None:
