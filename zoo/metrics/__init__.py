@@ -11,6 +11,13 @@ from zoo.metrics.dictionary_stability import (
 from zoo.metrics.energy_distance import EnergyDistance, energy_distance
 from zoo.metrics.pair_saving import AnnotationSaving
 from zoo.metrics.reconstruction import ReconstructionR2
+from zoo.metrics.trajectory import (
+    FlowCorrelation,
+    TrajectoryCoverage,
+    TrajectoryError,
+    haversine,
+    trajectory_correlation,
+)
 from zoo.metrics.win_rate import (
     ControlVariatesWinRate,
     HumanWinRate,
@@ -30,19 +37,24 @@ __all__ = [
     "DeadAtomFraction",
     "DictionaryStability",
     "EnergyDistance",
+    "FlowCorrelation",
     "HumanWinRate",
     "ReconstructionR2",
     "SyntheticWinRate",
+    "TrajectoryCoverage",
+    "TrajectoryError",
     "WinRateEstimate",
     "bootstrap_mse",
     "subset_estimates",
     "control_variates_win_rate",
     "dictionary_stability",
     "energy_distance",
+    "haversine",
     "human_win_rate",
     "matched_permutation",
     "ppi_win_rate",
     "stability_floor_gaussian",
     "stability_floor_points",
     "synthetic_win_rate",
+    "trajectory_correlation",
 ]

@@ -1,0 +1,187 @@
+"""ProDiff: endpoint clamping, the guided ε̂, the prototype losses, K-means, scaling and bad input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from zoo.models.prodiff import (
+    EndpointDiffusion,
+    GuidedUNet1D,
+    IterativeKMeans,
+    ProDiff,
+    cluster_consistency_loss,
+    linear_interpolation,
+    match_prototypes,
+    prototype_triplet_loss,
+)
+
+SMALL = dict(ch=16, groups=4, d_model=16, pce_layers=1, pce_heads=2, pce_ff=32, n_prototypes=4)
+
+
+def _windows(b: int = 8, k: int = 6, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    base = torch.tensor([0.0, 35.68, 139.76], dtype=torch.float64).view(1, 3, 1)
+    steps = (
+        torch.rand(b, 3, k, generator=g, dtype=torch.float64) * torch.tensor([0.2, 0.01, 0.01]).view(1, 3, 1).double()
+    )
+    return base + steps.cumsum(-1)
+
+
+@pytest.mark.parametrize("k", [3, 5, 6, 7, 10])
+def test_unet_keeps_the_length_of_odd_and_even_windows(k):
+    unet = GuidedUNet1D(ch=16, ch_mult=(1, 2, 2), groups=4)
+    assert unet(torch.randn(2, 3, k), torch.tensor([1, 2]), torch.randn(2, 64)).shape == (2, 3, k)
+
+
+def test_unet_rejects_groups_that_do_not_divide_the_widths():
+    with pytest.raises(ValueError, match="groups"):
+        GuidedUNet1D(ch=12, groups=8)
+
+
+@pytest.mark.parametrize("sampler", ["ddpm", "ddim"])
+def test_endpoints_are_exact_in_scaled_space_and_within_1e4_degrees_raw(sampler):
+    diffusion = EndpointDiffusion(20, beta_end=0.5)
+    x0 = torch.rand(4, 3, 6)
+    out = diffusion.sample(lambda x, t: torch.randn_like(x), x0, sampler=sampler, steps=5, eta=0.2)
+    assert torch.equal(out[..., [0, -1]], x0[..., [0, -1]])
+    model = ProDiff(**SMALL)
+    raw = _windows()
+    model.data_min.copy_(raw.amin((0, 2)) - 0.01)
+    model.data_max.copy_(raw.amax((0, 2)) + 0.01)
+    scaled, (lo, hi) = model.scale(raw)
+    back = scaled.double() * (hi - lo) + lo
+    assert (back - raw)[:, 1:].abs().max() < 1e-4  # the float32 round trip the card's review measured
+    pred = model.impute(raw, sampler=sampler, steps=3)
+    assert torch.equal(pred[..., [0, -1]], raw[..., [0, -1]])  # copied in after the inverse transform
+
+
+def test_q_sample_keeps_clean_endpoints_and_noises_the_interior():
+    diffusion = EndpointDiffusion(100)
+    x0 = torch.rand(3, 3, 6)
+    xt = diffusion.q_sample(x0, torch.tensor([99, 99, 99]), torch.randn(3, 3, 6))
+    assert torch.equal(xt[..., [0, -1]], x0[..., [0, -1]])
+    assert diffusion.alphas_cumprod[-1] < 1e-4  # T·mean(β) ≈ 12.5: pure noise at T
+    assert (xt[..., 1:-1] - x0[..., 1:-1]).abs().mean() > 0.3
+
+
+def test_guided_eps_is_the_official_linear_combination():
+    model = ProDiff(**SMALL, guidance=2.0).eval()
+    x, t, ends = torch.randn(2, 3, 6), torch.tensor([3, 7]), torch.rand(2, 3, 6)
+    matched = torch.randn(2, 16)
+    e_c = model.unet(x, t, model.joint(ends[..., 0], ends[..., -1], matched))
+    zero = torch.zeros(2, 3)
+    e_u = model.unet(x, t, model.place(zero, zero, torch.zeros_like(matched)))
+    torch.testing.assert_close(model.eps(x, t, ends, matched), 3 * e_c - 2 * e_u, atol=1e-5, rtol=1e-5)
+
+
+def test_diff_mask_ablation_has_no_prototype_path():
+    model = ProDiff(**SMALL, prototypes=False)
+    assert model.pce is None and model.joint.prototype is None
+    assert set(model.losses(_windows())) == {"diffusion", "loss"}
+    assert set(ProDiff(**SMALL).losses(_windows())) == {"diffusion", "cluster_ce", "triplet", "loss"}
+
+
+def test_matching_softmax_is_near_uniform_at_the_official_temperature():
+    P = torch.randn(8, 64)
+    q = P[:1] * 5
+    w_default = match_prototypes(q, P)
+    sharp = match_prototypes(q, P, temperature=0.01)
+    assert (w_default - P.mean(0)).norm() < (sharp - P.mean(0)).norm()
+    torch.testing.assert_close(sharp, P[:1], atol=1e-3, rtol=1e-3)
+
+
+def test_kmeans_warm_starts_from_memory_and_resets():
+    km = IterativeKMeans(2, memory=1)
+    g = torch.Generator().manual_seed(0)
+    a = torch.cat([torch.randn(20, 2, generator=g) * 0.1, torch.randn(20, 2, generator=g) * 0.1 + 5])
+    labels = km.update(a, generator=g)
+    assert len(set(labels[:20].tolist())) == 1 and labels[0] != labels[-1]
+    centers = km.centers.clone()
+    km.update(a + 0.01)
+    assert (km.centers - centers).abs().max() < 0.05 and len(km._bank) == 1
+    km.reset()
+    assert km.centers is None
+    with pytest.raises(ValueError, match="at least 2"):
+        km.update(a[:1])
+
+
+def test_matched_labels_relabel_clusters_to_their_nearest_prototypes():
+    P = torch.eye(2) * 3
+    f = torch.tensor([[3.0, 0.0], [0.0, 3.0]])
+    swapped = torch.tensor([1, 0])  # K-means ids opposite to the prototypes' order
+    centers = torch.tensor([[0.0, 3.0], [3.0, 0.0]])
+    assert cluster_consistency_loss(f, P, swapped, centers) < cluster_consistency_loss(f, P, swapped)
+
+
+def test_triplet_loss_pulls_features_to_their_nearest_prototype():
+    P = torch.tensor([[0.0, 0.0], [1.0, 0.0]])
+    assert float(prototype_triplet_loss(torch.tensor([[0.4, 0.0]]), P)) == pytest.approx(0.8)
+
+
+def test_training_lowers_the_loss_by_30_percent():
+    torch.manual_seed(0)
+    model = ProDiff(**SMALL)
+    raw = _windows(64)
+    model.data_min.copy_(raw.amin((0, 2)))
+    model.data_max.copy_(raw.amax((0, 2)))
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(60):
+        loss = model.losses(raw)["loss"]
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert sum(losses[-6:]) / 6 < 0.7 * sum(losses[:6]) / 6
+
+
+def test_per_batch_scaler_fits_on_the_batch_and_global_ignores_the_interior():
+    raw = _windows()
+    per_batch = ProDiff(**SMALL, scaler="per_batch")
+    scaled, _ = per_batch.scale(raw)
+    assert scaled.min() == 0 and scaled.max() == 1
+    model = ProDiff(**SMALL).eval()
+    model.data_min.copy_(raw.amin((0, 2)))
+    model.data_max.copy_(raw.amax((0, 2)))
+    moved = raw.clone()
+    moved[..., 1:-1] += 0.5  # the hidden interior must not change a global-scaler imputation
+    g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
+    assert torch.equal(model.impute(raw, steps=2, generator=g1), model.impute(moved, steps=2, generator=g2))
+
+
+def test_bad_input_gives_clear_errors():
+    model = ProDiff(**SMALL)
+    with pytest.raises(ValueError, match=r"\[B, 3, 6\]"):
+        model.impute(torch.zeros(2, 2, 6))
+    bad = _windows()
+    bad[0, 1, 0] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        model.impute(bad)
+    bad = _windows()
+    bad[0, 1, -1] = 95.0
+    with pytest.raises(ValueError, match="latitudes"):
+        model.impute(bad)
+    with pytest.raises(ValueError, match="k >= 3"):
+        ProDiff(k=2)
+    with pytest.raises(ValueError, match="scaler"):
+        ProDiff(scaler="batch")
+    with pytest.raises(ValueError, match="sampler"):
+        EndpointDiffusion(10).sample(lambda x, t: x, torch.zeros(1, 3, 4), sampler="euler")
+
+
+def test_linear_interpolation_is_exact_on_straight_paths():
+    raw = _windows(2)
+    line = linear_interpolation(raw)
+    torch.testing.assert_close(linear_interpolation(line), line)
+
+
+def test_save_and_load_keep_the_scaler(tmp_path):
+    model = ProDiff(**SMALL)
+    model.data_min.copy_(torch.tensor([0.0, 35.0, 139.0]))
+    model.data_max.copy_(torch.tensor([5.0, 36.0, 140.0]))
+    from zoo.hub import write_entry
+
+    write_entry(model, tmp_path / "entry", zoo_meta={}, card_text="test")
+    loaded = ProDiff.from_pretrained(tmp_path / "entry")
+    assert torch.equal(loaded.data_min, model.data_min) and torch.equal(loaded.data_max, model.data_max)
