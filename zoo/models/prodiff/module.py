@@ -184,9 +184,12 @@ class ProDiff(ZooModule):
         w = self.hparams.guidance
         return (1 + w) * e_c - w * e_u
 
-    def forward(self, windows: Tensor) -> Tensor:
-        """Impute ``windows`` [B, 3, k] (raw units; only the endpoints are read)."""
-        return self.impute(windows)
+    def forward(self, windows: Tensor | tuple[Tensor, ...] | list[Tensor]) -> Tensor:
+        """Impute ``windows`` [B, 3, k] (raw units; only the endpoints are read); a DataModule batch
+        ``(scaled, raw)`` is accepted and its raw windows used."""
+        if isinstance(windows, (tuple, list)):
+            windows = windows[-1]
+        return self.impute(windows, generator=torch.Generator().manual_seed(self.hparams.seed))
 
     @torch.no_grad()
     def impute(self, windows: Tensor, sampler: Sampler | None = None, steps: int | None = None,
