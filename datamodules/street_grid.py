@@ -112,8 +112,8 @@ def street_grid_checkins(
     n_users: int = 1500,
     seed: int = 0,
     size_km: int = 10,
-    stops: tuple[int, int] = (4, 8),
-    points_per_trip: tuple[int, int] = (2, 4),
+    stops: tuple[int, int] = (3, 4),
+    points_per_trip: tuple[int, int] = (6, 10),
     p_near: float = 0.35,
     speed_kmh: tuple[float, float] = (10.0, 30.0),
     walk_jitter_km: float = 0.05,
@@ -129,8 +129,9 @@ def street_grid_checkins(
     drawn from Beta(0.7, 0.7) (denser near the stops), then one at the arrival stop; the day starts with a check-in at
     home at 7-9 h. Times come from a speed ~ U(``speed_kmh``) per trip plus dwell times (work 6-9 h, errands
     0.25-1.5 h); ``hours`` is cumulative hours since midnight. Walks (rule A) get ``walk_jitter_km`` Gaussian jitter
-    per coordinate, every other point ``gps_noise_km``. The defaults give about 21 points per user, so k = 6 windows
-    number about 16 per user (≈ 20k for 1275 training users).
+    per coordinate, every other point ``gps_noise_km``. The defaults give about 24 points per user, so k = 6 windows
+    number about 19 per user (≈ 24k for 1275 training users), two thirds of them inside one trip (few stops, many
+    check-ins per trip: a window spanning a stop has an interior the endpoints do not determine).
 
     Users are drawn from independent streams of ``seed`` (``SeedSequence(seed).spawn``), so user ``i`` is the same for
     every ``n_users``.
