@@ -49,8 +49,8 @@ def test_endpoints_are_exact_in_scaled_space_and_within_1e4_degrees_raw(sampler)
     raw = _windows()
     model.data_min.copy_(raw.amin((0, 2)) - 0.01)
     model.data_max.copy_(raw.amax((0, 2)) + 0.01)
-    scaled, (lo, hi) = model.scale(raw)
-    back = scaled.double() * (hi - lo) + lo
+    scaled, bounds = model.scale(raw)
+    back = model.unscale(scaled, bounds)
     assert (back - raw)[:, 1:].abs().max() < 1e-4  # the float32 round trip the card's review measured
     pred = model.impute(raw, sampler=sampler, steps=3)
     assert torch.equal(pred[..., [0, -1]], raw[..., [0, -1]])  # copied in after the inverse transform
@@ -140,7 +140,7 @@ def test_per_batch_scaler_fits_on_the_batch_and_global_ignores_the_interior():
     raw = _windows()
     per_batch = ProDiff(**SMALL, scaler="per_batch")
     scaled, _ = per_batch.scale(raw)
-    assert scaled.min() == 0 and scaled.max() == 1
+    assert scaled.min() == -1 and scaled.max() == 1  # centred (the default); [0, 1] with centered=False
     model = ProDiff(**SMALL).eval()
     model.data_min.copy_(raw.amin((0, 2)))
     model.data_max.copy_(raw.amax((0, 2)))
@@ -185,3 +185,69 @@ def test_save_and_load_keep_the_scaler(tmp_path):
     write_entry(model, tmp_path / "entry", zoo_meta={}, card_text="test")
     loaded = ProDiff.from_pretrained(tmp_path / "entry")
     assert torch.equal(loaded.data_min, model.data_min) and torch.equal(loaded.data_max, model.data_max)
+
+
+@pytest.mark.parametrize("centered", [False, True])
+def test_scale_and_unscale_round_trip_in_either_range(centered):
+    model = ProDiff(**SMALL, centered=centered)
+    raw = _windows()
+    model.data_min.copy_(raw.amin((0, 2)))
+    model.data_max.copy_(raw.amax((0, 2)))
+    scaled, bounds = model.scale(raw)
+    assert float(scaled.min()) == pytest.approx(-1.0 if centered else 0.0, abs=1e-6)
+    assert float(scaled.max()) == pytest.approx(1.0, abs=1e-6)
+    assert (model.unscale(scaled, bounds) - raw)[:, 1:].abs().max() < 1e-4
+    outside = model.unscale(scaled + 5, bounds)  # clamped to the scaler's range, as the official code
+    assert torch.allclose(outside, bounds[1].expand_as(outside))
+
+
+def test_prototype_lookup_adds_its_prototypes_mean_training_offset():
+    from zoo.models.prodiff.baselines import PrototypeLookup
+
+    model = ProDiff(**SMALL).eval()
+    train = _windows(64, seed=1)
+    model.data_min.copy_(train.amin((0, 2)))
+    model.data_max.copy_(train.amax((0, 2)))
+    lookup = PrototypeLookup(model, train)
+    assert int(lookup.counts.sum()) == 64
+    test = _windows(5, seed=2)
+    labels, _ = lookup._match(test)
+    out = lookup(test)
+    assert torch.equal(out[..., [0, -1]], test[..., [0, -1]])
+    scaled, bounds = model.scale(test)
+    expected = model.unscale(linear_interpolation(scaled) + lookup.offsets[labels].float(), bounds)
+    assert torch.allclose(out[..., 1:-1], expected[..., 1:-1])
+    with pytest.raises(ValueError, match="prototype path"):
+        PrototypeLookup(ProDiff(**SMALL, prototypes=False), train)
+
+
+def test_reproduction_scores_and_on_street_rate():
+    from datamodules.street_grid import km_to_latlon
+    from zoo.models.prodiff.reproduce import on_street_rate, scores
+
+    # Points on the x = 3 km street, and the same points moved 0.5 km off every street.
+    y = torch.linspace(2.2, 2.8, 6).double()
+    lat, lon = km_to_latlon(torch.full((6,), 3.0).numpy(), y.numpy())
+    on = torch.stack([torch.arange(6.0).double(), torch.as_tensor(lat), torch.as_tensor(lon)])[None]
+    lat, lon = km_to_latlon(torch.full((6,), 3.5).numpy(), y.numpy())
+    off = torch.stack([torch.arange(6.0).double(), torch.as_tensor(lat), torch.as_tensor(lon)])[None]
+    assert on_street_rate(on) == 1.0 and on_street_rate(off) == 0.0
+    s = scores(on, on)
+    assert s["tc@500m"] == 1.0 and s["mae_m"] == 0.0 and s["endpoint_error_deg"] == 0.0
+
+
+def test_reproduction_claims_reject_their_stand_ins():
+    """Check on made-up results that each asserted claim fails for every stand-in in its place, and that a method
+    no better than linear interpolation fails it too."""
+    from zoo.claims import evaluate
+    from zoo.models.prodiff.reproduce import CLAIMS
+
+    r = {f"{arm}/tc@500m": v for arm, v in
+         {"prodiff": 0.64, "diff_mask": 0.63, "linear": 0.56, "prototype_lookup": 0.56, "untrained": 0.0}.items()}  # fmt: skip
+    out = evaluate(r, CLAIMS)
+    for claim in CLAIMS:
+        assert out[f"{claim.prefix}/{claim.name}"] == 1.0
+        assert all(out[f"rejects/{claim.name}/{arm}"] == 1.0 for arm in claim.stand_ins)
+    r["prodiff/tc@500m"] = r["diff_mask/tc@500m"] = 0.58
+    out = evaluate(r, CLAIMS)
+    assert all(out[f"{c.prefix}/{c.name}"] == 0.0 for c in CLAIMS)
