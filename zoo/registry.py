@@ -240,6 +240,17 @@ _RERD = _Family(
     reproduce="zoo.models.reward_refine.reproduce.run",
     tags=("diffusion", "discrete-diffusion", "sampling", "design"),
 )
+_PRODIFF = _Family(
+    module="zoo.models.prodiff.ProDiff",
+    datamodule="datamodules.trajectories.TrajectoryDataModule",
+    paper=Paper(
+        "ProDiff: Prototype-Guided Diffusion for Minimal Information Trajectory Imputation",
+        code="https://github.com/b010001y/ProDiff",
+        arxiv="2505.23048",
+    ),
+    reproduce="zoo.models.prodiff.reproduce.run",
+    tags=("diffusion", "trajectories", "imputation"),
+)
 
 # Sorted by name.
 ENTRIES: tuple[Entry, ...] = (
@@ -289,6 +300,10 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     _PAP_BASE.entry(
         "pap-base", "PGD adversarially trained digits CNN (eps 0.1, 5 steps): the frozen base of pap.", "base-model"
+    ),
+    _PRODIFF.entry(
+        "prodiff",
+        "Trajectory imputation from two endpoints: a 1-D diffusion UNet guided by learned prototypes (street grid).",
     ),
     _SAE.entry("ra-sae", "Relaxed archetypal SAE: atoms stay within delta of the (scaled) convex hull of the data."),
     _RCSC.entry(

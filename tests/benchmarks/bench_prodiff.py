@@ -49,7 +49,9 @@ def main() -> None:
     print(f"{len(test)} windows, {args.threads} thread(s), median of {args.repeats}")
     for sampler, steps in (("ddim", 10), ("ddim", 25), ("ddim", 50), ("ddpm", 100)):
         seconds = median_seconds(
-            lambda s=sampler, n=steps: model.impute(test, sampler=s, steps=n, generator=torch.Generator().manual_seed(0)),
+            lambda s=sampler, n=steps: model.impute(
+                test, sampler=s, steps=n, generator=torch.Generator().manual_seed(0)
+            ),
             args.repeats,
         )
         print(f"  impute {sampler} {steps:>3} steps   {len(test) / seconds:9.0f} windows/s   ({1000 * seconds:.0f} ms)")

@@ -237,13 +237,13 @@ def test_reproduction_scores_and_on_street_rate():
 
 
 def test_reproduction_claims_reject_their_stand_ins():
-    """Check on made-up results that each asserted claim fails for every stand-in in its place, and that a method
-    no better than linear interpolation fails it too."""
+    """Check on made-up results that each claim fails for every stand-in in its place, and that a method no better
+    than linear interpolation fails the asserted ones."""
     from zoo.claims import evaluate
     from zoo.models.prodiff.reproduce import CLAIMS
 
     r = {f"{arm}/tc@500m": v for arm, v in
-         {"prodiff": 0.64, "diff_mask": 0.63, "linear": 0.56, "prototype_lookup": 0.56, "untrained": 0.0}.items()}  # fmt: skip
+         {"prodiff": 0.66, "diff_mask": 0.63, "linear": 0.56, "prototype_lookup": 0.56, "untrained": 0.0}.items()}  # fmt: skip
     out = evaluate(r, CLAIMS)
     for claim in CLAIMS:
         assert out[f"{claim.prefix}/{claim.name}"] == 1.0
@@ -251,3 +251,4 @@ def test_reproduction_claims_reject_their_stand_ins():
     r["prodiff/tc@500m"] = r["diff_mask/tc@500m"] = 0.58
     out = evaluate(r, CLAIMS)
     assert all(out[f"{c.prefix}/{c.name}"] == 0.0 for c in CLAIMS)
+    assert [c.name for c in CLAIMS if not c.asserted] == ["prodiff_prototypes_help_tc500_by_0.01"]

@@ -270,12 +270,14 @@ class ProDiff(ZooModule):
     # ------------------------------------------------------------------------------------------ evaluation
     def _evaluate(self, batch: tuple[Tensor, ...], batch_idx: int, stage: str) -> Tensor:
         raw = batch[-1]
-        g = torch.Generator().manual_seed(self.hparams.seed + batch_idx)
+        seed = self.hparams.seed + batch_idx
         kmeans_state = (self.kmeans.centers, self.kmeans._bank) if self.kmeans is not None else None
-        loss = self.losses(raw, generator=g)["diffusion"]
+        loss = self.losses(raw, generator=torch.Generator().manual_seed(seed))["diffusion"]
         if self.kmeans is not None:  # evaluation must not move the training K-means
             self.kmeans.centers, self.kmeans._bank = kmeans_state
-        pred = self.impute(raw, generator=g)
+        # A generator of its own: the K-means above draws from its generator only when it has no centres yet (a
+        # loaded model), and the imputations must not depend on that.
+        pred = self.impute(raw, generator=torch.Generator().manual_seed(seed))
         getattr(self, f"{stage}_coverage").update(pred, raw)
         getattr(self, f"{stage}_error").update(pred, raw)
         self.log(f"{stage}/diffusion_loss", loss, batch_size=len(raw), sync_dist=True)
