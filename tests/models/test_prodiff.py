@@ -252,3 +252,37 @@ def test_reproduction_claims_reject_their_stand_ins():
     out = evaluate(r, CLAIMS)
     assert all(out[f"{c.prefix}/{c.name}"] == 0.0 for c in CLAIMS)
     assert [c.name for c in CLAIMS if not c.asserted] == ["prodiff_prototypes_help_tc500_by_0.01"]
+
+
+def test_foursquare_style_csv_trains_through_the_conf_and_imputes(tmp_path):
+    """The real path on a tiny file: a FourSquare-style CSV (its column names, its timestamp format) through
+    ``conf/prodiff.yaml`` with k = 8, a few training steps, then imputation with exact endpoints."""
+    from datetime import datetime, timedelta, timezone
+
+    from datamodules.street_grid import street_grid_checkins
+    from zoo.lightning_cli import ZooCLI
+    from zoo.registry import conf_path
+
+    start = datetime(2012, 4, 3, tzinfo=timezone.utc)
+    lines = ["userId,venueId,utcTimestamp,latitude,longitude"] + [
+        f"{u},v,{(start + timedelta(hours=float(h))).strftime('%a %b %d %H:%M:%S +0000 %Y')},{la:.6f},{lo:.6f}"
+        for u, t in street_grid_checkins(20, seed=3).items()
+        for h, la, lo in zip(t["hours"], t["latitudes"], t["longitudes"])
+    ]
+    (tmp_path / "tky.csv").write_text("\n".join(lines) + "\n")
+    small = [f"--model.init_args.{k}={v}" for k, v in SMALL.items()]
+    cli = ZooCLI(
+        args=["-c", str(conf_path("prodiff")), "--data.init_args.path", str(tmp_path / "tky.csv"),
+              "--data.init_args.csv_columns", "[userId, utcTimestamp, latitude, longitude]",
+              "--data.init_args.k", "8", "--model.init_args.k", "8", *small, "--trainer.max_steps", "3",
+              "--trainer.logger", "false", "--trainer.enable_checkpointing", "false", "--trainer.callbacks", "[]",
+              "--trainer.enable_progress_bar", "false", "--trainer.limit_val_batches", "0",
+              "--trainer.default_root_dir", str(tmp_path)],
+        run=False,
+    )  # fmt: skip
+    cli.trainer.fit(cli.model, cli.datamodule)
+    assert cli.trainer.global_step == 3
+    assert torch.allclose(cli.model.data_min, torch.as_tensor(cli.datamodule.scaler.min).flatten().double())
+    raw = cli.datamodule.test_set.tensors[-1][:4]
+    out = cli.model.eval().impute(raw, steps=2)
+    assert out.shape == (4, 3, 8) and torch.equal(out[..., [0, -1]], raw[..., [0, -1]])
