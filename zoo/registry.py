@@ -252,6 +252,18 @@ _PRODIFF = _Family(
     tags=("diffusion", "trajectories", "imputation"),
 )
 
+_ZILOT = _Family(
+    module="zoo.models.zilot.Zilot",
+    datamodule="datamodules.offline_goals.OfflineGoalDataModule",
+    paper=Paper(
+        "Zero-Shot Offline Imitation Learning via Optimal Transport",
+        code="https://github.com/martius-lab/zilot",
+        arxiv="2410.08751",
+    ),
+    reproduce="zoo.models.zilot.reproduce.run",
+    tags=("imitation", "optimal-transport", "planning", "offline-rl"),
+)
+
 # Sorted by name.
 ENTRIES: tuple[Entry, ...] = (
     _SAE.entry("a-sae", "Archetypal SAE: TopK SAE whose atoms are convex combinations of k-means candidate points."),
@@ -334,6 +346,10 @@ ENTRIES: tuple[Entry, ...] = (
         "tsm-source",
         "The source-domain diffusion UNet (digits 0-4) that the tsm entry adapts; mode pretrain.",
         "base-model",
+    ),
+    _ZILOT.entry(
+        "zilot",
+        "Zero-shot imitation of a goal sequence: iCEM matching occupancies by Sinkhorn under a learned value (Dubins car).",
     ),
 )
 

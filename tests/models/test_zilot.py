@@ -1,0 +1,413 @@
+"""ZILOT: coloured noise, iCEM, the TD target, the goal window and truncation, the metrics, the Dubins car, the
+relabelled offline data and its real paths (an .npz in the documented layout, Minari), bad input, the claims."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from datamodules.demos import demo_set, make_demo
+from datamodules.envs import DubinsPoint, dubins_step, observe
+from datamodules.offline_goals import GoalBuffer, OfflineGoalDataModule, RelabelledTransitions, collect_offline
+from zoo.metrics.imitation import ImitationMetrics, goal_fraction, longest_increasing, w_min
+from zoo.models.zilot import ICEM, Zilot, ZilotPlanner, check_demo, coloured_noise, run_episode, td_target
+
+TINY = dict(q_hidden=[32, 32], w_hidden=[32], wm_hidden=[32])
+
+
+# --- coloured noise and iCEM ------------------------------------------------------------------------------------------
+
+
+def _lag1(x: torch.Tensor) -> float:  # the noise has mean 0: no per-row centring (which biases it by -1 / (n - 1))
+    return float((x[..., 1:] * x[..., :-1]).mean() / (x**2).mean())
+
+
+def test_coloured_noise_has_unit_variance_and_beta_0_is_white():
+    g = torch.Generator().manual_seed(0)
+    white = coloured_noise(0.0, (4000, 16), g)
+    red = coloured_noise(2.0, (4000, 16), g)
+    assert white.var(0).mean() == pytest.approx(1.0, abs=0.05)
+    assert red.var(0).mean() == pytest.approx(1.0, abs=0.05)
+    assert abs(_lag1(white)) < 0.03  # uncorrelated in time
+    assert _lag1(red) > 0.5  # β = 2: strongly correlated
+    odd = coloured_noise(0.0, (4000, 15), g)
+    assert odd.var(0).mean() == pytest.approx(1.0, abs=0.05) and abs(_lag1(odd)) < 0.03
+
+
+def test_icem_reduces_a_quadratic_and_returns_the_best_sample_not_the_mean():
+    target = torch.linspace(-0.8, 0.8, 8)[:, None]
+    seen: list[torch.Tensor] = []
+
+    def objective(a: torch.Tensor) -> torch.Tensor:
+        score = -((a - target) ** 2).sum((1, 2))
+        seen.append(score.max())
+        return score
+
+    icem = ICEM(horizon=8, action_dim=1, population=64, iterations=4, elites=6)
+    best = icem.plan(objective, torch.Generator().manual_seed(0))
+    assert float(-((best - target) ** 2).sum()) == pytest.approx(float(torch.stack(seen).max()))
+    assert float(((best - target) ** 2).sum()) < float((target**2).sum()) / 10  # far better than the initial mean 0
+
+
+def test_icem_shifts_its_elites_to_the_next_step_and_reset_forgets_them():
+    icem = ICEM(horizon=5, action_dim=2, population=16, iterations=2, elites=3)
+    sizes = []
+
+    def objective(a):
+        sizes.append(len(a))
+        return -a.pow(2).sum((1, 2))
+
+    icem.plan(objective)
+    assert sizes == [16, 16 + 3 + 1]  # iteration 0 without shifted elites; then the elites and the mean
+    assert icem._shifted.shape == (3, 5, 2)
+    sizes.clear()
+    icem.plan(objective)
+    assert sizes[0] == 16 + 3  # the previous step's elites, shifted by one step
+    icem.reset()
+    sizes.clear()
+    icem.plan(objective)
+    assert sizes[0] == 16
+    with pytest.raises(ValueError, match="one score per sequence"):
+        icem.plan(lambda a: a.sum())
+
+
+# --- values and metrics -----------------------------------------------------------------------------------------------
+
+
+def test_td_target_is_undiscounted_clamped_and_zero_at_the_goal():
+    nxt = torch.tensor([-3.0, -3.0, -3.0, -150.0, 2.0])
+    next_done = torch.tensor([False, True, True, False, False])
+    done = torch.tensor([False, False, True, False, False])
+    assert td_target(nxt, next_done, done, t_max=100).tolist() == [-4.0, -1.0, 0.0, -100.0, 0.0]
+
+
+def test_pairwise_q_equals_q_pair_by_pair():
+    torch.manual_seed(0)
+    model = Zilot(**TINY)
+    obs, goals = torch.randn(3, 7, 4), torch.randn(5, 2)
+    pairwise = model.q.pairwise(obs, goals)
+    direct = model.q(obs[:, :, None].expand(-1, -1, 5, -1), goals.expand(3, 7, 5, 2))
+    torch.testing.assert_close(pairwise, direct, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(model.distance(obs, goals)[..., 2], model.pair_distance(obs, goals[2].expand(3, 7, 2)))
+
+
+def test_lis_and_goal_fraction_count_goals_in_order_once_per_step():
+    assert longest_increasing([3, 3, 3, 1, 2, 4, 5, 3, 4, 5]) == 5  # the card's unit check
+    goals = torch.tensor([[0.0, 0.0], [1.0, 0.0], [2.0, 0.0]])
+    backwards = goals.flip(0)
+    assert goal_fraction(goals, goals, 0.05) == 1.0
+    assert goal_fraction(backwards, goals, 0.05) == pytest.approx(1 / 3)
+    close = torch.tensor([[0.0, 0.0], [0.02, 0.0]])  # one step near two goals 0.03 apart counts one of them
+    assert goal_fraction(close[:1], close, 0.05) == 0.5
+
+
+def test_w_min_is_the_minimum_over_prefixes_of_the_exact_emd():
+    import ot
+
+    g = torch.Generator().manual_seed(0)
+    path, goals = torch.rand(12, 2, generator=g), torch.rand(4, 2, generator=g)
+    cost = torch.cdist(path.double(), goals.double()).numpy()
+    expected = min(ot.emd2(np.full(t, 1 / t), np.full(4, 0.25), cost[:t]) for t in range(1, 13))
+    assert w_min(path, goals) == pytest.approx(expected)
+    metric = ImitationMetrics(0.05)
+    metric.update(path, goals)
+    metric.update(goals, goals)
+    out = metric.compute()
+    assert float(out["w_min"]) == pytest.approx(expected / 2) and float(out["success"]) == 0.5
+    with pytest.raises(ValueError, match="empty"):
+        w_min(path, goals[:0])
+
+
+# --- the environment and the data -------------------------------------------------------------------------------------
+
+
+def test_dubins_car_turns_at_its_minimum_radius_and_stays_in_the_arena():
+    import gymnasium as gym
+
+    state = np.array([0.0, 0.0, 0.0])
+    points = [state[:2]]
+    for _ in range(21):  # 21 x 0.3 rad ≈ a full circle
+        state = dubins_step(state, np.array(1.0))
+        points.append(state[:2])
+    points = np.array(points)
+    centre = points.mean(0)
+    assert np.linalg.norm(points - centre, axis=1).mean() == pytest.approx(0.04 / (2 * math.sin(0.15)), rel=0.05)
+    env = gym.make("zoo/DubinsPoint-v0")
+    obs, info = env.reset(options={"state": [0.99, 0.0, 0.0]})
+    obs, *_ , info = env.step(np.array([0.0], dtype=np.float32))  # fmt: skip
+    assert obs[0] == pytest.approx(1.0) and info["achieved_goal"].shape == (2,)
+    with pytest.raises(ValueError, match="one finite steering value"):
+        DubinsPoint().step(np.array([np.nan]))
+
+
+def test_relabelling_mixes_curr_future_and_random_goals_within_episodes():
+    data = collect_offline(DubinsPoint(), episodes=20, episode_length=30, seed=0)
+    buffer = GoalBuffer.from_arrays(data)
+    assert len(buffer) == 20 * 30 and (buffer.last >= torch.arange(len(buffer))).all()
+    torch.testing.assert_close(buffer.next_obs[:-1][buffer.last[:-1] > torch.arange(len(buffer) - 1)],
+                               buffer.obs[1:][buffer.last[:-1] > torch.arange(len(buffer) - 1)])  # fmt: skip
+    ds = RelabelledTransitions(buffer, 0.2, 0.6, 0.2, gamma=0.9)
+    idx = torch.arange(len(buffer)).repeat(20)
+    batch = ds.relabel(idx, torch.Generator().manual_seed(0))
+    curr = (batch["goal"] == buffer.next_achieved[idx]).all(-1).float().mean()
+    assert 0.2 < float(curr) < 0.4  # curr (0.2) plus the future draws of offset 0 (0.6 x 0.1)
+    assert batch["next_done"].float().mean() > 0.2
+    np.testing.assert_array_equal(batch["done"], (buffer.achieved[idx] - batch["goal"]).norm(dim=-1) <= 0.05)
+    with pytest.raises(ValueError, match="must be 1"):
+        RelabelledTransitions(buffer, 0.5, 0.6, 0.2)
+
+
+def test_an_npz_file_in_the_documented_layout_is_the_real_path(tmp_path):
+    data = collect_offline("zoo/DubinsPoint-v0", episodes=8, episode_length=12, seed=1)
+    np.savez(tmp_path / "buffer.npz", **data)
+    dm = OfflineGoalDataModule(path=str(tmp_path / "buffer.npz"), val_episodes=2, batch_size=32, demos="quick")
+    dm.setup("fit")
+    assert len(dm.train_set) == 6 * 12 and len(dm.val_set) == 2 * 12
+    with pytest.raises(FileNotFoundError, match="collect_offline"):
+        OfflineGoalDataModule(path=str(tmp_path / "missing.npz")).setup("fit")
+    np.savez(tmp_path / "bad.npz", obs=data["obs"], action=data["action"], episode=data["episode"])
+    with pytest.raises(KeyError, match="achieved_goal"):
+        OfflineGoalDataModule(path=str(tmp_path / "bad.npz"), val_episodes=2).setup("fit")
+
+
+def test_minari_without_the_package_says_what_to_install():
+    try:
+        import minari  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="pip install minari"):
+            OfflineGoalDataModule(minari="D4RL/pointmaze/medium-v2").setup("fit")
+    else:  # installed: a dataset not on disk says how to download it
+        with pytest.raises(FileNotFoundError, match="minari download"):
+            OfflineGoalDataModule(minari="zoo/not-a-dataset-v0").setup("fit")
+
+
+def test_demonstrations_follow_the_card():
+    zigzag = make_demo("zigzag")
+    turns = torch.diff(
+        torch.atan2(*torch.diff(torch.cat([zigzag["start"][None, :2], zigzag["goals"]]), dim=0).T.flip(0))
+    )
+    assert torch.allclose(turns.abs(), torch.full_like(turns, math.radians(130)), atol=1e-4)
+    dense = make_demo("zigzag", dense=True)["goals"]
+    assert torch.allclose(torch.diff(dense[:4], dim=0).norm(dim=1), torch.full((3,), 0.1), atol=1e-5)
+    u = make_demo("u", mirror=True)["goals"]
+    assert (u[:, 1] == -make_demo("u")["goals"][:, 1]).all()
+    assert len(demo_set("card")) == 6
+
+
+def test_bad_demonstrations_give_clear_errors():
+    with pytest.raises(ValueError, match=r"\[N, 2\].*whole observations"):
+        check_demo(torch.zeros(5, 4), goal_dim=2)
+    with pytest.raises(ValueError, match="empty"):
+        check_demo(torch.zeros(0, 2), goal_dim=2)
+    with pytest.raises(ValueError, match="NaN"):
+        check_demo(torch.tensor([[0.0, float("nan")]]), goal_dim=2)
+    model = Zilot(**TINY)
+    planner = model.planner("zilot")
+    with pytest.raises(ValueError, match="goal space"):
+        planner.reset(torch.zeros(4), torch.zeros(3, 4))
+    with pytest.raises(ValueError, match="unknown planner"):
+        model.planner("greedy")
+    with pytest.raises(ValueError, match="test_planner"):
+        Zilot(test_planner="random")
+
+
+# --- the planner ------------------------------------------------------------------------------------------------------
+
+
+class _Oracle(Zilot):
+    """The true car as world model and the straight-line steps as distance (no learning): the planner's logic alone."""
+
+    def __init__(self) -> None:
+        super().__init__(**TINY)
+        self.world_model = _TrueDynamics()
+
+    def distance(self, obs, goals):
+        return torch.cdist(obs[..., :2].reshape(-1, 2), goals).reshape(*obs.shape[:-1], len(goals)) / 0.04
+
+    def goal_distance(self, g1, g2):
+        return (g1 - g2).norm(dim=-1) / 0.04
+
+
+class _TrueDynamics(torch.nn.Module):
+    def rollout(self, obs, actions):
+        theta = torch.atan2(obs[3], obs[2]).item()
+        state = np.tile([obs[0].item(), obs[1].item(), theta], (len(actions), 1))
+        out = []
+        for h in range(actions.shape[1]):
+            state = dubins_step(state, actions[:, h, 0].numpy())
+            out.append(observe(state))
+        return torch.as_tensor(np.stack(out, 1))
+
+
+def test_goal_window_keeps_the_first_goal_beyond_it_and_truncates_at_the_last_goal_time(monkeypatch):
+    model = _Oracle()
+    goals = torch.tensor([[0.2, 0.0], [0.4, 0.0], [0.8, 0.0], [1.0, 0.0]])
+    planner = ZilotPlanner(model, horizon=6, population=8, iterations=1, elites=2)
+    planner.reset(torch.tensor([0.0, 0.0, 1.0, 0.0]), goals)
+    torch.testing.assert_close(planner.goal_time, torch.tensor([5.0, 10.0, 20.0, 25.0]))
+    shapes = []
+    from zoo.models.zilot import planners
+
+    real = planners.sinkhorn
+
+    def spy(cost, a, b, *args, **kwargs):
+        shapes.append((tuple(cost.shape[1:]), float(a.sum()), float(b.sum())))
+        return real(cost, a, b, *args, **kwargs)
+
+    monkeypatch.setattr(planners, "sinkhorn", spy)
+    planner.act(torch.tensor([0.0, 0.0, 1.0, 0.0]))  # k = 0: goals with t̂ < 6 are g1; g2 is the first beyond
+    for _ in range(22):
+        planner.act(torch.tensor([0.0, 0.0, 1.0, 0.0]))  # k = 22: H_tr = floor(min(6, 25 - 22)) = 3
+    assert shapes[0][0] == (1 + 5, 2)  # the current state and H - 1 imagined ones, against g1 and g2
+    assert shapes[-1][0] == (23 + 2, 4)  # 23 states seen + H_tr - 1 imagined, against every goal
+    assert all(abs(a - 1) < 1e-5 and abs(b - 1) < 1e-5 for _, a, b in shapes)
+
+
+def test_zilot_with_the_true_car_and_distance_follows_a_demonstration():
+    import gymnasium as gym
+
+    model = _Oracle().eval()
+    demo = {"goals": torch.tensor([[0.2, 0.0], [0.4, 0.1], [0.6, 0.2]]), "start": torch.tensor([0.0, 0.0, 0.0]),
+            "budget": 25}  # fmt: skip
+    planner = ZilotPlanner(model, horizon=8, population=64, iterations=3, generator=torch.Generator().manual_seed(0))
+    path = run_episode(gym.make("zoo/DubinsPoint-v0", max_episode_steps=1000), planner, demo)
+    assert goal_fraction(path, demo["goals"], 0.05) == 1.0
+    assert w_min(path, demo["goals"]) < 0.1
+
+
+# --- the module -------------------------------------------------------------------------------------------------------
+
+
+def test_training_fits_every_part_and_test_logs_the_imitation_metrics(tmp_path):
+    from lightning import Trainer, seed_everything
+
+    seed_everything(0)
+    dm = OfflineGoalDataModule(episodes=30, episode_length=30, val_episodes=5, batch_size=128, demos="quick")
+    model = Zilot(**TINY, planner={"population": 8, "iterations": 1, "horizon": 4})
+    dm.setup("fit")
+    batch = dm.val_set.__getitems__(list(range(128)))
+    before = {k: float(v) for k, v in model.losses(batch).items()}
+    initial = {f"{n}.{k}": v.clone() for n, part in {**model._parts(), "q_target": model.q_target}.items()
+               for k, v in part.state_dict().items()}  # fmt: skip
+    trainer = Trainer(max_steps=150, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                      enable_model_summary=False, limit_val_batches=0, default_root_dir=tmp_path)  # fmt: skip
+    trainer.fit(model, dm)
+    assert trainer.global_step == 150  # one optimiser step per batch
+    after = {k: float(v) for k, v in model.losses(batch).items()}
+    assert set(after) == {"model", "q", "w"}
+    assert after["model"] < before["model"] / 5, (before, after)
+    # the values' targets bootstrap from the slow target Q, so their losses say little this early: every part moved,
+    # and the target Q followed Q by Polyak averaging (the reproduction checks what the values learn)
+    for name, part in model._parts().items():
+        assert any(not torch.equal(p, initial[f"{name}.{k}"]) for k, p in part.state_dict().items()), name
+    lag = [(t - q).abs().max() for t, q in zip(model.q_target.parameters(), model.q.parameters())]
+    moved = [(t - initial[f"q_target.{k}"]).abs().max() for k, t in model.q_target.state_dict().items()]
+    assert max(lag) > 0 and max(moved) > 0
+    demos = demo_set("quick")
+    for d in demos:
+        d["budget"] = 5
+    dm.test_set = demos
+    out = trainer.test(model, dm, verbose=False)[0]
+    assert set(out) == {"test/w_min", "test/goal_fraction", "test/success"} and 0 < out["test/w_min"] < 2
+
+
+def test_two_stream_value_is_the_official_option():
+    model = Zilot(**TINY, value="two_stream", v_hidden=[16], v_dim=8)
+    obs, goals = torch.randn(6, 4), torch.randn(3, 2)
+    assert model.distance(obs, goals).shape == (6, 3) and (model.distance(obs, goals) >= 0).all()
+    assert "v" in model.losses({"obs": obs, "action": torch.zeros(6, 1), "next_obs": obs, "goal": goals[:1].expand(6, 2),
+                                "done": torch.zeros(6, dtype=torch.bool), "next_done": torch.zeros(6, dtype=torch.bool)})  # fmt: skip
+    with pytest.raises(ValueError, match="two_stream"):
+        Zilot(value="mlp")
+
+
+# --- the reproduction's claims ----------------------------------------------------------------------------------------
+
+
+def test_reproduction_claims_reject_their_stand_ins():
+    from zoo.claims import evaluate
+    from zoo.models.zilot.reproduce import CLAIMS
+
+    good = {
+        "zilot": (0.15, 0.6),
+        "pi_cls": (0.2, 0.6),
+        "mpc_cls": (0.2, 0.5),
+        "zilot_random_v": (0.4, 0.2),
+        "zilot_h": (0.18, 0.5),
+    }
+    r = {f"{a}/{m}": v for a, (w, gf) in good.items() for m, v in (("w_min", w), ("goal_fraction", gf))}
+    out = evaluate(r, CLAIMS)
+    for claim in CLAIMS:
+        assert out[f"{claim.prefix}/{claim.name}"] == 1.0, claim.name
+        assert all(out[f"rejects/{claim.name}/{arm}"] == 1.0 for arm in claim.stand_ins), claim.name
+    r["zilot/w_min"] = 0.3  # no better than a random cost
+    out = evaluate(r, CLAIMS)
+    assert out["claims/zilot_w_min_at_most_0.25"] == 0.0 and out["claims/zilot_w_min_at_most_0.95x_pi_cls"] == 0.0
+    assert [c.name for c in CLAIMS if c.asserted] == ["zilot_w_min_at_most_0.25", "zilot_w_min_at_most_0.95x_pi_cls"]
+
+
+class _GoalEnv:
+    """A gymnasium-robotics-style goal task on a tiny scale: dict observations (observation, achieved_goal,
+    desired_goal) and a 2-D force, a point mass with velocity in the plane."""
+
+    def __init__(self) -> None:
+        import gymnasium as gym
+
+        self.action_space = gym.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
+        self.state = np.zeros(4)
+        self.rng = np.random.default_rng(0)
+
+    def _obs(self) -> dict:
+        return {"observation": self.state.astype(np.float32), "achieved_goal": self.state[:2].astype(np.float32),
+                "desired_goal": np.zeros(2, np.float32)}  # fmt: skip
+
+    def reset(self, seed=None, options=None):
+        self.state = np.r_[self.rng.uniform(-1, 1, 2), 0.0, 0.0]
+        return self._obs(), {}
+
+    def step(self, action):
+        self.state[2:] = 0.8 * self.state[2:] + 0.02 * np.asarray(action)
+        self.state[:2] = np.clip(self.state[:2] + self.state[2:], -1, 1)
+        return self._obs(), 0.0, False, False, {}
+
+
+def test_a_dict_observation_goal_env_with_2d_actions_trains_through_the_conf_and_plans(tmp_path):
+    """The real path on a tiny instance: an offline buffer collected from a gymnasium-robotics-style goal env (dict
+    observations, 2-D actions), written in the .npz layout, trained through conf/zilot.yaml, then imitated."""
+    from zoo.lightning_cli import ZooCLI
+    from zoo.models.zilot import PiCls
+    from zoo.registry import conf_path
+
+    np.savez(tmp_path / "goal_env.npz", **collect_offline(_GoalEnv(), episodes=12, episode_length=20, seed=0))
+    cli = ZooCLI(
+        args=["-c", str(conf_path("zilot")), "--data.init_args.path", str(tmp_path / "goal_env.npz"),
+              "--data.init_args.val_episodes", "2", "--data.init_args.batch_size", "64",
+              "--model.init_args.action_dim", "2", "--model.init_args.action_grid", "[-1.0, 0.0, 1.0]",
+              "--model.init_args.wm_inputs", "null", "--model.init_args.obs_low", "null",
+              "--model.init_args.obs_high", "null", "--model.init_args.q_hidden", "[32]",
+              "--model.init_args.w_hidden", "[32]", "--model.init_args.wm_hidden", "[32]",
+              "--trainer.max_steps", "3", "--trainer.logger", "false", "--trainer.enable_checkpointing", "false",
+              "--trainer.callbacks", "[]", "--trainer.enable_progress_bar", "false",
+              "--trainer.limit_val_batches", "0", "--trainer.default_root_dir", str(tmp_path)],
+        run=False,
+    )  # fmt: skip
+    cli.trainer.fit(cli.model, cli.datamodule)
+    model = cli.model.eval()
+    assert cli.trainer.global_step == 3 and model.actions.shape == (9, 2)
+    demo = {"goals": torch.tensor([[0.3, 0.3], [0.5, 0.0]]), "budget": 6}
+    path = run_episode(_GoalEnv(), PiCls(model, theta=1.0), demo)
+    assert path.shape == (7, 2)
+    path = run_episode(_GoalEnv(), model.planner("zilot", population=8, iterations=1, horizon=3), demo)
+    assert path.shape == (7, 2)
+
+
+def test_an_unknown_environment_says_what_to_install():
+    import gymnasium as gym
+
+    from datamodules.envs import make_env
+
+    with pytest.raises(gym.error.Error, match="gymnasium-robotics"):
+        make_env("PointMaze_Nowhere-v9")

@@ -1,0 +1,22 @@
+"""ZILOT: zero-shot offline imitation by occupancy matching with optimal transport (Rupf et al., ICML 2025)."""
+
+from zoo.models.zilot.icem import ICEM, coloured_noise
+from zoo.models.zilot.module import Zilot
+from zoo.models.zilot.networks import GoalGoalValue, GoalQ, TwoStreamValue, WorldModel, td_target
+from zoo.models.zilot.planners import MpcCls, PiCls, ZilotPlanner, check_demo, run_episode
+
+__all__ = [
+    "ICEM",
+    "GoalGoalValue",
+    "GoalQ",
+    "MpcCls",
+    "PiCls",
+    "TwoStreamValue",
+    "WorldModel",
+    "Zilot",
+    "ZilotPlanner",
+    "check_demo",
+    "coloured_noise",
+    "run_episode",
+    "td_target",
+]
