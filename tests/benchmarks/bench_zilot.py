@@ -48,7 +48,7 @@ def main() -> None:
     model = zoo.load("zilot")
     demo = make_demo("zigzag", dense=True)
     print(f"dense zig-zag ({len(demo['goals'])} goals, {demo['budget']} steps), population {args.population}, "
-          f"{args.threads} thread(s), median of {args.repeats}")  # fmt: skip
+          f"{args.threads} thread(s); planners: medians of {args.episodes} episodes, training: of {args.repeats} steps")  # fmt: skip
     runs = [
         ("ZILOT (tol 1e-4)", "zilot", {"population": args.population}),
         ("ZILOT (100 iterations)", "zilot", {"population": args.population, "tol": None}),
