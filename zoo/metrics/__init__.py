@@ -9,6 +9,7 @@ from zoo.metrics.dictionary_stability import (
     stability_floor_points,
 )
 from zoo.metrics.energy_distance import EnergyDistance, energy_distance
+from zoo.metrics.imitation import ImitationMetrics, goal_fraction, longest_increasing, w_min
 from zoo.metrics.pair_saving import AnnotationSaving
 from zoo.metrics.reconstruction import ReconstructionR2
 from zoo.metrics.trajectory import (
@@ -39,6 +40,7 @@ __all__ = [
     "EnergyDistance",
     "FlowCorrelation",
     "HumanWinRate",
+    "ImitationMetrics",
     "ReconstructionR2",
     "SyntheticWinRate",
     "TrajectoryCoverage",
@@ -49,12 +51,15 @@ __all__ = [
     "control_variates_win_rate",
     "dictionary_stability",
     "energy_distance",
+    "goal_fraction",
     "haversine",
     "human_win_rate",
+    "longest_increasing",
     "matched_permutation",
     "ppi_win_rate",
     "stability_floor_gaussian",
     "stability_floor_points",
     "synthetic_win_rate",
     "trajectory_correlation",
+    "w_min",
 ]
