@@ -264,6 +264,18 @@ _ZILOT = _Family(
     tags=("imitation", "optimal-transport", "planning", "offline-rl"),
 )
 
+_PAN_SR = _Family(
+    module="zoo.models.pan_sr.PanSR",
+    datamodule="datamodules.symbolic.SymbolicDataModule",
+    paper=Paper(
+        "Ab Initio Nonparametric Variable Selection for Scalable Symbolic Regression with Large p",
+        code="https://github.com/mattsheng/Scalable_SR",
+        arxiv="2410.13681",
+    ),
+    reproduce="zoo.models.pan_sr.reproduce.run",
+    tags=("symbolic-regression", "variable-selection", "bart"),
+)
+
 # Sorted by name.
 ENTRIES: tuple[Entry, ...] = (
     _SAE.entry("a-sae", "Archetypal SAE: TopK SAE whose atoms are convex combinations of k-means candidate points."),
@@ -305,6 +317,10 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     _EFM_IMAGES.entry(
         "efm-digits", "Electrostatic Field Matching generator: noise -> 8x8 digits along a UNet field's lines."
+    ),
+    _PAN_SR.entry(
+        "pan-sr",
+        "PAN+SR: a BART variable screen (20 replicates, rank clustering) then gplearn SR on Feynman I.14.3 with p = 153.",
     ),
     _PAP.entry(
         "pap",
