@@ -160,6 +160,16 @@ def _find_file(data_dir: Path, dataset: str) -> Path:
     raise FileNotFoundError(f"no {data_dir}/{dataset}/{dataset}.tsv.gz or feynman_{dataset}.tsv.gz.{hint}")
 
 
+def _standardize(X_tr: np.ndarray, X_te: np.ndarray, y_tr: np.ndarray, y_te: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Both splits scaled with the training split's means and standard deviations (scikit-learn's StandardScaler)."""
+    from sklearn.preprocessing import StandardScaler
+
+    x_scaler = StandardScaler().fit(X_tr)
+    y_scaler = StandardScaler().fit(y_tr[:, None])
+    return (x_scaler.transform(X_tr), x_scaler.transform(X_te), y_scaler.transform(y_tr[:, None])[:, 0],
+            y_scaler.transform(y_te[:, None])[:, 0])  # fmt: skip
+
+
 class SymbolicDataModule(BatchedDataModule):
     """Regression data for screening + symbolic regression, served as one full batch ``(X [n, p], y [n])`` in
     float64 (a screen and an SR search see all rows at once). Train is the training split; val and test are the
@@ -175,6 +185,10 @@ class SymbolicDataModule(BatchedDataModule):
         snr: signal-to-noise ratio Var(y)/Var(ε) of the label noise; 0 is noiseless.
         n_train: subsample the training split to this many rows (and the test split to ceil(n_train/3)).
         data_dir / dataset: the real path, ``<data_dir>/<dataset>/<dataset>.tsv.gz`` or ``feynman_<dataset>.tsv.gz``.
+        standardize: scale X and y to zero mean and unit variance with the training split's statistics (SRBench's
+            black-box protocol); ``None`` (default) does so for data without known true variables (PMLB) and not
+            for Feynman data (SRBench's ``-sym_data``). The official code fits BART on the raw data; the screen is the
+            same either way, as trees split on order and the BART backend rescales y to [-0.5, 0.5].
         seed: the seed of data, noise and split.
 
     Example:
@@ -186,8 +200,8 @@ class SymbolicDataModule(BatchedDataModule):
     """
 
     def __init__(self, equation: str = "I.14.3", copies: int = 50, n: int = 1334, snr: float = 0.0,
-                 n_train: int | None = None, data_dir: str | None = None, dataset: str | None = None, seed: int = 0,
-                 num_workers: int = 0) -> None:  # fmt: skip
+                 n_train: int | None = None, data_dir: str | None = None, dataset: str | None = None,
+                 standardize: bool | None = None, seed: int = 0, num_workers: int = 0) -> None:  # fmt: skip
         super().__init__()
         if dataset is None:
             get_equation(equation)
@@ -221,13 +235,28 @@ class SymbolicDataModule(BatchedDataModule):
         h = self.hparams
         X, y, self.feature_names = self.load()
         X_tr, X_te, y_tr, y_te = split_with_noise(X, y, h.snr, h.n_train, seed=h.seed)
+        black_box = not self.true_variables
+        if black_box if h.standardize is None else h.standardize:
+            X_tr, X_te, y_tr, y_te = _standardize(X_tr, X_te, y_tr, y_te)
         self.train_set = TensorBatches(torch.from_numpy(X_tr), torch.from_numpy(y_tr))
         self.val_set = self.test_set = TensorBatches(torch.from_numpy(X_te), torch.from_numpy(y_te))
 
-    def describe(self) -> dict[str, Any]:
-        """What a model needs beside the numbers: column names, f_0's variables and formula."""
+    def ground_truth(self) -> dict[str, Any]:
+        """What a model needs beside the numbers: column names, f_0's variables and formula (empty for black-box)."""
         return {"feature_names": list(self.feature_names), "true_variables": list(self.true_variables),
                 "formula": self.formula}  # fmt: skip
+
+    def describe(self) -> str:
+        """One line for model cards."""
+        h = self.hparams
+        if h.dataset is not None:
+            source = f"{h.dataset} from {h.data_dir}"
+        else:
+            source = (f"Feynman {h.equation} (f = {get_equation(h.equation).formula}) with {h.copies} same-distribution "
+                      f"irrelevant copies per true variable, all columns permuted, {h.n} rows (seed {h.seed})")  # fmt: skip
+        noise = f"SNR {h.snr:g}" if h.snr else "noiseless"
+        rows = f"{len(self.train_set)} training and {len(self.test_set)} test rows" if self.train_set else ""
+        return f"{source}; {len(self.feature_names)} columns, {noise}, split 75/25; {rows}".rstrip("; ")
 
     # One full batch, always (the screen and the SR search fit on all rows).
     def train_dataloader(self) -> DataLoader:

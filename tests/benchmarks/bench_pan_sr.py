@@ -25,6 +25,10 @@ from zoo.models.pan_sr import GplearnSR, PanScreen, StochtreeBART
 CHAIN = {"num_trees": 20, "burnin": 500, "draws": 500}
 
 
+def sr_seconds(X: np.ndarray, y: np.ndarray, names: list[str], repeats: int) -> float:
+    return median_seconds(lambda: GplearnSR(population=500, generations=15).fit(X, y, names), repeats)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -38,22 +42,13 @@ def main() -> None:
     for p in args.p:
         X, y, names = feynman_dataset("I.12.1", n=1334, copies=p // 2 - 1, seed=0)
         X_tr, _, y_tr, _ = split_with_noise(X, y, seed=0)
-        chain = median_seconds(lambda: StochtreeBART(**CHAIN).split_counts(X_tr, y_tr, seed=0), args.repeats)
+        chain = median_seconds(lambda X=X_tr, y=y_tr: StochtreeBART(**CHAIN).split_counts(X, y, seed=0), args.repeats)
         start = time.perf_counter()
-        screen = PanScreen(replicates=20, **CHAIN).fit(X_tr, y_tr)
+        kept = PanScreen(replicates=20, **CHAIN).fit(X_tr, y_tr).selected_
         screen_seconds = time.perf_counter() - start
-        kept = screen.selected_
-
-        def sr(cols: np.ndarray) -> float:
-            return median_seconds(
-                lambda: GplearnSR(population=500, generations=15).fit(
-                    X_tr[:, cols], y_tr, [names[i] for i in cols]
-                ),
-                args.repeats,
-            )
-
-        print(f"{X.shape[1]:>6} {chain:>12.2f} {screen_seconds:>16.1f} {len(kept):>5} "
-              f"{sr(np.arange(X.shape[1])):>11.2f} {sr(kept):>10.2f}")  # fmt: skip
+        sr_all, sr_kept = (sr_seconds(X_tr[:, cols], y_tr, [names[i] for i in cols], args.repeats)
+                           for cols in (np.arange(X.shape[1]), kept))  # fmt: skip
+        print(f"{X.shape[1]:>6} {chain:>12.2f} {screen_seconds:>16.1f} {len(kept):>5} {sr_all:>11.2f} {sr_kept:>10.2f}")
 
 
 if __name__ == "__main__":

@@ -96,14 +96,45 @@ def test_pmlb_file_without_ground_truth(tmp_path: Path) -> None:
     _write_tsv(tmp_path / "toy" / "toy.tsv.gz", frame)
     X, y, names = read_tsv(tmp_path / "toy" / "toy.tsv.gz")
     assert X.shape == (200, 4) and names == ["a", "b", "c", "d"]
-    dm = SymbolicDataModule(data_dir=str(tmp_path), dataset="toy")
+    dm = SymbolicDataModule(data_dir=str(tmp_path), dataset="toy", n_train=120)
     dm.setup()
     assert dm.formula is None and dm.true_variables == []
+    X_tr, y_tr = next(iter(dm.train_dataloader()))  # black-box data: standardised with the training split's statistics
+    assert X_tr.shape == (120, 4) and len(dm.test_set) == 40
+    torch.testing.assert_close(X_tr.mean(0), torch.zeros(4, dtype=torch.float64), rtol=0, atol=1e-12)
+    torch.testing.assert_close(y_tr.std(unbiased=False), torch.tensor(1.0, dtype=torch.float64))
+    raw = SymbolicDataModule(data_dir=str(tmp_path), dataset="toy", standardize=False)
+    raw.setup()
+    assert next(iter(raw.train_dataloader()))[0].min() >= 1.0
     with pytest.raises(FileNotFoundError, match="toy"):
         SymbolicDataModule(data_dir=str(tmp_path), dataset="tyo").setup()
     frame.drop(columns="target").to_csv(tmp_path / "bad.tsv", sep="\t", index=False)
     with pytest.raises(ValueError, match="no 'target' column"):
         read_tsv(tmp_path / "bad.tsv")
+
+
+def test_pmlb_file_fits_through_the_conf(tmp_path: Path) -> None:
+    """The real path a user takes: a PMLB-layout file through ``conf/pan-sr.yaml`` (short chains and search), then
+    ``test``: R² on the standardised black-box data, no TPR or solution check without ground truth."""
+    from zoo.hub import conf_path
+    from zoo.lightning_cli import ZooCLI
+
+    rng = np.random.default_rng(1)
+    frame = pd.DataFrame(rng.uniform(1, 2, (400, 12)), columns=[f"f{i}" for i in range(12)])
+    frame["target"] = frame["f3"] * frame["f7"]
+    _write_tsv(tmp_path / "pmlb_toy" / "pmlb_toy.tsv.gz", frame)
+    small = {"replicates": 4, "burnin": 150, "draws": 150, "population": 300, "generations": 8}
+    cli = ZooCLI(
+        args=["-c", str(conf_path("pan-sr")), "--data.init_args.data_dir", str(tmp_path),
+              "--data.init_args.dataset", "pmlb_toy", *[f"--model.init_args.{k}={v}" for k, v in small.items()],
+              "--trainer.logger", "false", "--trainer.enable_progress_bar", "false",
+              "--trainer.default_root_dir", str(tmp_path)],
+        run=False,
+    )  # fmt: skip
+    cli.trainer.fit(cli.model, cli.datamodule)
+    assert set(cli.model.fitted["selected"]) >= {"f3", "f7"} and len(cli.model.fitted["selected"]) <= 4
+    metrics = cli.trainer.test(cli.model, cli.datamodule, verbose=False)[0]
+    assert metrics["test/r2"] > 0.95 and "test/tpr" not in metrics and "test/solution" not in metrics
 
 
 # -- the BART backend ---------------------------------------------------------------------------------------------------

@@ -1,12 +1,14 @@
 """The BART backend of the PAN screen: split counts per variable over a chain, on ``stochtree``.
 
 The official code fits bartMachine (R/Java), which is not on PyPI. Of the maintained BART packages on the
-registry, ``stochtree`` was chosen on speed, measured here (n = 1,000, p = 153, 20 trees, 300 + 300 draws, one
-chain, 2-core CPU): stochtree 0.31 s, bartz (JAX) 11 s for its first call (compilation) then 0.2-3.3 s,
-pymc-bart 22 s. A screen fits R = 20 replicates (and the permutation rules B more), so a 35-70x slower backend
-would make the screen the bottleneck the paper says it is not. stochtree also exposes the split counts of every
-retained draw (``ForestContainer.get_overall_split_counts``), which is what bartMachine's
-``get_var_props_over_chain(type = "splits")`` sums.
+registry, ``stochtree`` was chosen on speed for this size of problem, measured here (n = 1,000, p = 153, 20 trees,
+300 + 300 draws, one chain, one thread, repeated calls in one process): stochtree 0.29 s a chain; bartz 0.13-0.15 s
+a chain after 8.5 s of JAX compilation on its first call (again for every new data shape and every process);
+pymc-bart 4.2 s. A screen fits R = 20 chains of one shape, about 6 s with stochtree against 11 s with bartz once its
+compilation is counted, and pymc-bart would take 85 s. At the official 10k + 10k chains bartz's per-chain speed
+would win (about 100 s against 190 s for the 20 chains); it is not wired in, as it brings JAX. stochtree also
+exposes the split counts of every retained draw (``ForestContainer.get_overall_split_counts``), which is what
+bartMachine's ``get_var_props_over_chain(type = "splits")`` sums, and lets every prior be set.
 
 bartMachine's priors are set explicitly rather than left to stochtree's defaults (card §1): y is rescaled to
 [-0.5, 0.5]; the leaf prior is N(0, σ_μ²) with σ_μ = 0.5 / (k √m), fixed (not sampled); the tree prior

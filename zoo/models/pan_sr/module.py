@@ -45,7 +45,9 @@ class PanSR(ZooModule):
     ``forward`` returns the fitted expression's predictions ``[n]`` (an unfitted model is the constant 0, SR's
     empty program). ``test`` logs ``test/r2`` (clipped at 0), ``test/solution`` (the SymPy check, 0 when R² ≤ 0.5
     as in SRBench), the screen's ``test/tpr``, ``test/fpr``, ``test/num_selected`` and the number of irrelevant
-    variables in the final expression ``test/bad_vars`` (these need the DataModule's ``true_variables``).
+    variables in the final expression ``test/bad_vars``. Column names, f_0's variables and formula come from
+    the DataModule's ``ground_truth()`` (``SymbolicDataModule`` has it); without them columns are ``x0, x1, ...``
+    and only R² is measured.
 
     Args:
         screen: run the PAN screen first (PAN+SR) or not (SR alone).
@@ -124,9 +126,9 @@ class PanSR(ZooModule):
         functions = h.functions or GplearnSR.FUNCTIONS
         return GplearnSR(h.population, h.generations, h.tournament, h.parsimony, h.p_crossover, functions, h.seed)
 
-    def _describe(self, p: int) -> dict[str, Any]:
+    def _ground_truth(self, p: int) -> dict[str, Any]:
         dm = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
-        info = dm.describe() if hasattr(dm, "describe") else {}
+        info = dm.ground_truth() if hasattr(dm, "ground_truth") else {}
         names = info.get("feature_names") or [f"x{i}" for i in range(p)]
         if len(names) != p:
             raise ValueError(f"the DataModule names {len(names)} columns, the batch has {p}")
@@ -171,11 +173,22 @@ class PanSR(ZooModule):
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         X, y = _batch_arrays(batch)
-        info = self._describe(X.shape[1])
+        info = self._ground_truth(X.shape[1])
         state = self.fit_arrays(X, y, **info)
         self.log_dict({"train/r2": r2_zero(y, self.predict_arrays(X)), "screen_seconds": state["screen_seconds"],
                        "sr_seconds": state["sr_seconds"]}, prog_bar=True, batch_size=len(y))  # fmt: skip
         self.trainer.should_stop = True  # one fit is the whole training
+
+    def card_notes(self) -> str:
+        return (
+            "The weights are the fitted state: the kept columns and the SR expression (JSON in a uint8 buffer); "
+            "`forward` evaluates that expression, so the entry predicts only on data with the same columns in the "
+            "same order. Shorter runs than the paper's: BART chains of `burnin` + `draws` (official 10k + 10k) on "
+            "stochtree, whose sampler proposes grow and prune moves only (bartMachine also change moves), and "
+            "gplearn for `generations` (SRBench: 500). One equation, noiseless: the paper's 100-equation Feynman "
+            "and PMLB results are not reproduced. SR alone on the same data and budget (`screen: false`): test R² "
+            "0.619, not solved."
+        )
 
     # -- predict and evaluate -----------------------------------------------------------------------------------------
     def predict_arrays(self, X: np.ndarray) -> np.ndarray:

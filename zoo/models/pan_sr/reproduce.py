@@ -259,7 +259,7 @@ def run(quick: bool = False, out: Path | str | None = None) -> dict[str, Any]:
         arm_table(r, ARMS, METRICS, f"SR stage on E1-E3 (p = 102-153, n_train = 1,000, noiseless), {n} seed(s)"),
         arm_table(r, ARMS[:3], SCREEN_METRICS, "screens on E1-E4, noiseless and SNR 10"),
     ]
-    notes = [f"R² per equation (pan_sr | sr): " + ", ".join(
+    notes = ["R² per equation (pan_sr | sr): " + ", ".join(
         f"{eq} {r[f'pan_sr/r2_{eq}']:.3f} | {r[f'sr/r2_{eq}']:.3f}" for eq in SR_EQUATIONS) +
         f"; total {r['seconds']:.0f} s"]  # fmt: skip
     return conclude("pan-sr", r, CLAIMS, CHECKS, out=out, plot=_plot, tables=tables, notes=notes)
