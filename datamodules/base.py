@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler, Sequen
 
 __all__ = [
     "BatchedDataModule",
+    "FullBatchDataModule",
     "ResumableDataLoader",
     "ResumableRandomSampler",
     "ResumableSequentialSampler",
@@ -326,3 +327,27 @@ class BatchedDataModule(LightningDataModule):
 
     def predict_dataloader(self) -> DataLoader:
         return self._loader(self.test_set, shuffle=False)
+
+
+class FullBatchDataModule(BatchedDataModule):
+    """A :class:`BatchedDataModule` whose every loader serves its whole split as one ordered batch.
+
+    For methods that see all rows at once (an alternating solver, a BART screen and an SR search): the batch size
+    comes from the data, so it is not an init argument the hub would record.
+    """
+
+    def _full(self, dataset: Dataset | None, train: bool = False) -> DataLoader:
+        size = len(dataset) if dataset is not None else None  # type: ignore[arg-type]
+        return self._loader(dataset, shuffle=False, train=train, batch_size=size)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._full(self.train_set, train=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._full(self.val_set)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._full(self.test_set)
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._full(self.test_set)

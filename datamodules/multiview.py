@@ -19,9 +19,9 @@ import scipy.io
 import scipy.sparse
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
-from datamodules.base import BatchedDataModule
+from datamodules.base import FullBatchDataModule
 from datamodules.checks import check_finite
 
 __all__ = ["MultiViewDataModule", "MultiViews", "digits_views", "load_mat_views", "synthetic_views"]
@@ -114,7 +114,7 @@ class MultiViews(Dataset):
         return [v[idx] for v in self.views], self.labels[idx]
 
 
-class MultiViewDataModule(BatchedDataModule):
+class MultiViewDataModule(FullBatchDataModule):
     """Multi-view clustering data as one full, ordered batch per epoch (the anchor graph has one column per sample,
     so every step must see all samples in the same order). Train, val and test are the same samples (clustering).
 
@@ -148,16 +148,3 @@ class MultiViewDataModule(BatchedDataModule):
             views, y = load_mat_views(Path(h.data_dir) / f"{h.name}.mat")
         self.train_set = self.val_set = self.test_set = MultiViews(views, y)
         self.n_clusters = int(y.max()) + 1
-
-    # One full batch, always: the size comes from the data (it is not an init argument the hub would record).
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=False, train=True, batch_size=len(self.train_set))
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, shuffle=False, batch_size=len(self.val_set))
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, shuffle=False, batch_size=len(self.test_set))
-
-    def predict_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, shuffle=False, batch_size=len(self.test_set))

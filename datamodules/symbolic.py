@@ -23,9 +23,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
 
-from datamodules.base import BatchedDataModule, TensorBatches
+from datamodules.base import FullBatchDataModule, TensorBatches
 
 __all__ = ["FEYNMAN", "Equation", "SymbolicDataModule", "feynman_dataset", "read_tsv", "split_with_noise"]
 
@@ -170,7 +169,7 @@ def _standardize(X_tr: np.ndarray, X_te: np.ndarray, y_tr: np.ndarray, y_te: np.
             y_scaler.transform(y_te[:, None])[:, 0])  # fmt: skip
 
 
-class SymbolicDataModule(BatchedDataModule):
+class SymbolicDataModule(FullBatchDataModule):
     """Regression data for screening + symbolic regression, served as one full batch ``(X [n, p], y [n])`` in
     float64 (a screen and an SR search see all rows at once). Train is the training split; val and test are the
     test split.
@@ -257,16 +256,3 @@ class SymbolicDataModule(BatchedDataModule):
         noise = f"SNR {h.snr:g}" if h.snr else "noiseless"
         rows = f"{len(self.train_set)} training and {len(self.test_set)} test rows" if self.train_set else ""
         return f"{source}; {len(self.feature_names)} columns, {noise}, split 75/25; {rows}".rstrip("; ")
-
-    # One full batch, always (the screen and the SR search fit on all rows).
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=False, train=True, batch_size=len(self.train_set))
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, shuffle=False, batch_size=len(self.val_set))
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, shuffle=False, batch_size=len(self.test_set))
-
-    def predict_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, shuffle=False, batch_size=len(self.test_set))

@@ -175,8 +175,9 @@ class PanSR(ZooModule):
         X, y = _batch_arrays(batch)
         info = self._ground_truth(X.shape[1])
         state = self.fit_arrays(X, y, **info)
-        self.log_dict({"train/r2": r2_zero(y, self.predict_arrays(X)), "screen_seconds": state["screen_seconds"],
-                       "sr_seconds": state["sr_seconds"]}, prog_bar=True, batch_size=len(y))  # fmt: skip
+        metrics = {"train/r2": r2_zero(y, self.predict_arrays(X)), "train/screen_seconds": state["screen_seconds"],
+                   "train/sr_seconds": state["sr_seconds"]}  # fmt: skip
+        self.log_dict(metrics, prog_bar=True, batch_size=len(y))
         self.trainer.should_stop = True  # one fit is the whole training
 
     def card_notes(self) -> str:
