@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler, Sequen
 
 __all__ = [
     "BatchedDataModule",
+    "DictBatches",
     "FullBatchDataModule",
     "ResumableDataLoader",
     "ResumableRandomSampler",
@@ -58,6 +59,32 @@ class TensorBatches(Dataset):
 
     def __getitem__(self, index: int) -> tuple[Tensor, ...]:
         return tuple(t[index] for t in self.tensors)
+
+
+class DictBatches(Dataset):
+    """Rows of a dict of equally long tensors, served as a dict of whole batches by one index operation per tensor
+    (for data with several named modalities).
+
+    Example:
+        >>> data = DictBatches({"x": torch.arange(6).view(3, 2), "y": torch.tensor([7, 8, 9])})
+        >>> data.__getitems__([2, 0])["y"], len(data)
+        (tensor([9, 7]), 3)
+    """
+
+    def __init__(self, data: dict[str, Tensor]) -> None:
+        if not data or len({len(t) for t in data.values()}) != 1:
+            raise ValueError(f"DictBatches needs tensors of one length, got { {k: len(t) for k, t in data.items()} }")
+        self.data = data
+
+    def __len__(self) -> int:
+        return len(next(iter(self.data.values())))
+
+    def __getitems__(self, indices: Sequence[int]) -> dict[str, Tensor]:
+        idx = torch.as_tensor(indices, dtype=torch.long)
+        return {k: v[idx] for k, v in self.data.items()}
+
+    def __getitem__(self, index: int) -> dict[str, Tensor]:
+        return {k: v[index] for k, v in self.data.items()}
 
 
 class _ResumableOrder:

@@ -40,7 +40,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from datamodules.base import BatchedDataModule
+from datamodules.base import BatchedDataModule, DictBatches
 
 __all__ = [
     "GoalBuffer",
@@ -235,20 +235,6 @@ class RelabelledTransitions(Dataset):
         return self.relabel(torch.as_tensor(indices, dtype=torch.long))
 
 
-class _Fixed(Dataset):
-    """Batches of a dict of equally long tensors (a validation set relabelled once)."""
-
-    def __init__(self, data: dict[str, Tensor]) -> None:
-        self.data = data
-
-    def __len__(self) -> int:
-        return len(next(iter(self.data.values())))
-
-    def __getitems__(self, indices: Sequence[int]) -> dict[str, Tensor]:
-        idx = torch.as_tensor(indices, dtype=torch.long)
-        return {k: v[idx] for k, v in self.data.items()}
-
-
 class OfflineGoalDataModule(BatchedDataModule):
     """Offline goal-relabelled transitions for training, demonstrations for testing (ZILOT's data).
 
@@ -331,7 +317,7 @@ class OfflineGoalDataModule(BatchedDataModule):
             if h.val_episodes:
                 val = RelabelledTransitions(GoalBuffer.from_arrays(data, ids[cut:]), **kw)
                 gen = torch.Generator().manual_seed(h.seed + 1)
-                self.val_set = _Fixed(val.relabel(torch.arange(len(val)), generator=gen))
+                self.val_set = DictBatches(val.relabel(torch.arange(len(val)), generator=gen))
         if stage in (None, "test", "predict") and self.test_set is None:
             from datamodules.demos import demo_set
 

@@ -276,6 +276,19 @@ _PAN_SR = _Family(
     tags=("symbolic-regression", "variable-selection", "bart"),
 )
 
+_TCP_DIFFUSION = _Family(
+    module="zoo.models.tcp_diffusion.TCPDiffusion",
+    datamodule="datamodules.cyclone.CycloneDataModule",
+    paper=Paper(
+        "TCP-Diffusion: A Multi-modal Diffusion Model for Global Tropical Cyclone Precipitation Forecasting with "
+        "Change Awareness",
+        code="https://github.com/xiaochengfuhuo/TCP-Diffusion",
+        arxiv="2410.13175",
+    ),
+    reproduce="zoo.models.tcp_diffusion.reproduce.run",
+    tags=("diffusion", "weather", "forecasting", "precipitation"),
+)
+
 # Sorted by name.
 ENTRIES: tuple[Entry, ...] = (
     _SAE.entry("a-sae", "Archetypal SAE: TopK SAE whose atoms are convex combinations of k-means candidate points."),
@@ -348,6 +361,10 @@ ENTRIES: tuple[Entry, ...] = (
     _SNN_ECL.entry(
         "snn-ecl",
         "Digits CNN with learned clip-floor thresholds that converts to a dual-threshold spiking network at T = 2-4.",
+    ),
+    _TCP_DIFFUSION.entry(
+        "tcp-diffusion",
+        "TCP-Diffusion: 12 h cyclone rain by diffusion over adjacent residuals with environment, scalar and NWP encoders.",
     ),
     _SAE.entry(
         "topk-sae",

@@ -11,6 +11,7 @@ from zoo.metrics.dictionary_stability import (
 from zoo.metrics.energy_distance import EnergyDistance, energy_distance
 from zoo.metrics.imitation import ImitationMetrics, goal_fraction, longest_increasing, w_min
 from zoo.metrics.pair_saving import AnnotationSaving
+from zoo.metrics.precipitation import EnsembleCRPS, LeadTimeMAE, PrecipVerification, contingency, crps_ensemble
 from zoo.metrics.reconstruction import ReconstructionR2
 from zoo.metrics.trajectory import (
     FlowCorrelation,
@@ -38,9 +39,12 @@ __all__ = [
     "DeadAtomFraction",
     "DictionaryStability",
     "EnergyDistance",
+    "EnsembleCRPS",
     "FlowCorrelation",
     "HumanWinRate",
     "ImitationMetrics",
+    "LeadTimeMAE",
+    "PrecipVerification",
     "ReconstructionR2",
     "SyntheticWinRate",
     "TrajectoryCoverage",
@@ -48,7 +52,9 @@ __all__ = [
     "WinRateEstimate",
     "bootstrap_mse",
     "subset_estimates",
+    "contingency",
     "control_variates_win_rate",
+    "crps_ensemble",
     "dictionary_stability",
     "energy_distance",
     "goal_fraction",

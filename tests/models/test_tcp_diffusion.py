@@ -1,0 +1,167 @@
+"""TCP-Diffusion: the adjacent residual target, the encoders, the forecaster's loss and sampler, the Lightning module's
+evaluation and bad-input errors, and the real path (a netCDF file through the conf)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from zoo.models.tcp_diffusion import (
+    AdjacentResidualTarget,
+    FieldStackEncoder,
+    ScalarSequenceEncoder,
+    TCPDiffusion,
+    TCPForecaster,
+    ensemble_mean,
+    persistence,
+)
+from zoo.nn.residual_target import OFFICIAL
+
+TINY = {"block_out_channels": (8, 16, 16), "norm_num_groups": 8}
+
+
+def _batch(n: int = 3, size: int = 16, seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "past_rain": torch.rand(n, 4, size, size, generator=g) * 30,
+        "future_rain": torch.rand(n, 4, size, size, generator=g) * 30,
+        "env": torch.rand(n, 1, 4, size, size, generator=g),
+        "nwp": torch.rand(n, 1, 4, size, size, generator=g),
+        "scalars": torch.rand(n, 4, 5, generator=g),
+        "valid": torch.ones(n, 4, size, size, dtype=torch.bool),
+    }
+
+
+# -- adjacent residual prediction -------------------------------------------------------------------------------------
+def test_residual_target_round_trips_to_the_rain() -> None:
+    """Check that decode(encode(R)) gives R back (card §6: to 1e-5 in log space) in both modes."""
+    b = _batch()
+    for mode in ("residual", "absolute"):
+        arp = AdjacentResidualTarget(mode, **AdjacentResidualTarget.fit(torch.cat([b["past_rain"], b["future_rain"]], 1)))
+        _, x0 = arp.encode(b["past_rain"], b["future_rain"])
+        assert x0.abs().max() <= 1
+        back = arp.decode(b["past_rain"], x0)
+        torch.testing.assert_close(torch.log1p(back), torch.log1p(b["future_rain"]), atol=1e-5, rtol=0)
+
+
+def test_residuals_are_adjacent_log_changes_from_the_last_observed_frame() -> None:
+    """Check Δ_k = log(1 + R_k) − log(1 + R_{k−1}), the first past residual 0 and the first future one taken from
+    the last past frame, and that "no change" is about +0.0056 in model space with the official constants."""
+    arp = AdjacentResidualTarget()
+    log_max, lo, hi = OFFICIAL["log_max"], OFFICIAL["diff_min"], OFFICIAL["diff_max"]
+    past = torch.tensor([1.0, 3.0, 7.0, 7.0]).view(1, 4, 1, 1)
+    future = torch.tensor([15.0, 3.0, 3.0, 0.0]).view(1, 4, 1, 1)
+    history, x0 = arp.encode(past, future)
+    delta = (x0 + 1) / 2 * (hi - lo) + lo
+    expected = torch.log1p(torch.tensor([15.0, 3.0, 3.0, 0.0])) - torch.log1p(torch.tensor([7.0, 15.0, 3.0, 3.0]))
+    torch.testing.assert_close(delta.flatten(), expected, rtol=0, atol=1e-6)
+    past_delta = (history[0, :4, 0, 0] + 1) / 2 * (hi - lo) + lo
+    assert past_delta[0] == pytest.approx(0.0, abs=1e-6) and past_delta[3] == pytest.approx(0.0, abs=1e-6)
+    torch.testing.assert_close(history[0, 4:, 0, 0], 2 * torch.log1p(past.flatten()) / log_max - 1)
+    assert float(x0[0, 2]) == pytest.approx(0.0056, abs=1e-4)  # card §9: no change is not 0 in model space
+
+
+def test_residual_target_fit_covers_the_data_and_rejects_bad_input() -> None:
+    rain = torch.rand(5, 8, 4, 4) * 100
+    c = AdjacentResidualTarget.fit(rain)
+    diff = torch.log1p(rain.double()).diff(dim=1)
+    assert c["diff_min"] < float(diff.min()) and c["diff_max"] > float(diff.max())
+    assert c["log_max"] > float(torch.log1p(rain.double()).max())
+    with pytest.raises(ValueError, match="mode must be"):
+        AdjacentResidualTarget("delta")
+    with pytest.raises(ValueError, match=r"\(N, T >= 2, H, W\)"):
+        AdjacentResidualTarget.fit(torch.rand(5, 1, 4, 4))
+
+
+# -- encoders and the forecaster ----------------------------------------------------------------------------------------
+def test_encoders_map_modalities_to_embedding_vectors() -> None:
+    assert ScalarSequenceEncoder(5, 32, width=16)(torch.rand(2, 4, 5)).shape == (2, 32)
+    assert FieldStackEncoder(4, 32, arch="resnet18")(torch.rand(2, 1, 4, 16, 16)).shape == (2, 32)
+    with pytest.raises(ValueError, match=r"\(N, T, 5\)"):
+        ScalarSequenceEncoder(5, 32)(torch.rand(2, 4, 6))
+    with pytest.raises(ValueError, match="C·T = 4"):
+        FieldStackEncoder(4, 32)(torch.rand(2, 2, 4, 16, 16))
+
+
+def test_scalar_encoder_reads_the_last_frame_in_context() -> None:
+    """Check that the output depends on earlier frames (attention over the sequence), not only on the last one."""
+    torch.manual_seed(0)
+    enc = ScalarSequenceEncoder(3, 8, width=16).eval()
+    x = torch.rand(1, 4, 3)
+    y = x.clone()
+    y[0, 0] += 1.0
+    assert not torch.allclose(enc(x), enc(y))
+
+
+def test_forecaster_loss_ignores_invalid_pixels() -> None:
+    """Check that NaN-filled (invalid) future pixels do not change the loss, whatever their value."""
+    torch.manual_seed(0)
+    f = TCPForecaster(**TINY)
+    b = _batch()
+    b["valid"][:, :, :8] = False
+    other = {k: v.clone() for k, v in b.items()}
+    other["future_rain"][:, :, :8] = 999.0
+    g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
+    torch.testing.assert_close(f.loss(b, g1), f.loss(other, g2))
+
+
+def test_forecaster_samples_an_ensemble_reproducibly_and_with_spread() -> None:
+    torch.manual_seed(0)
+    f = TCPForecaster(env_channels=1, nwp_channels=1, num_scalars=5, **TINY).eval()
+    b = _batch()
+    a = f.sample(b, members=3, steps=3, generator=torch.Generator().manual_seed(0))
+    again = f.sample(b, members=3, steps=3, generator=torch.Generator().manual_seed(0))
+    assert a.shape == (3, 3, 4, 16, 16) and (a >= 0).all()
+    torch.testing.assert_close(a, again)
+    assert (a[:, 0] - a[:, 1]).abs().mean() > 0  # members differ
+    ddpm = f.sample(b, members=1, sampler="ddpm", generator=torch.Generator().manual_seed(0))
+    assert ddpm.shape == (3, 1, 4, 16, 16) and torch.isfinite(ddpm).all()
+
+
+def test_deterministic_baseline_regresses_x0_at_t_zero() -> None:
+    """Check that the U-Net baseline is one member, identical across generators (no noise anywhere)."""
+    torch.manual_seed(0)
+    f = TCPForecaster(target="absolute", deterministic=True, **TINY).eval()
+    b = _batch()
+    one = f.sample(b, members=1, generator=torch.Generator().manual_seed(0))
+    two = f.sample(b, members=1, generator=torch.Generator().manual_seed(5))
+    torch.testing.assert_close(one, two)
+
+
+def test_forecaster_names_the_missing_modality_and_the_wrong_shape() -> None:
+    f = TCPForecaster(env_channels=1, nwp_channels=1, num_scalars=5, **TINY)
+    b = _batch()
+    with pytest.raises(KeyError, match="'nwp'"):
+        f.loss({k: v for k, v in b.items() if k != "nwp"})
+    with pytest.raises(ValueError, match=r"batch\['past_rain'\] of shape \(3, 4, 16, 16\), got \(3, 4, 20, 20\)"):
+        f.loss(_batch(size=20))
+
+
+def test_ensemble_mean_and_persistence() -> None:
+    ens = torch.tensor([0.0, 3.0]).view(1, 2, 1, 1, 1)
+    assert float(ensemble_mean(ens)) == 1.5 and float(ensemble_mean(ens, "log")) == pytest.approx(1.0)
+    past = torch.arange(4.0).view(1, 4, 1, 1)
+    assert persistence(past, 3).flatten().tolist() == [3.0, 3.0, 3.0]
+
+
+# -- the Lightning module -----------------------------------------------------------------------------------------------
+def test_module_fits_its_target_constants_and_logs_the_card_metrics(tmp_path: Path) -> None:
+    from lightning import Trainer
+
+    from datamodules.cyclone import CycloneDataModule
+
+    dm = CycloneDataModule(n_train=64, n_val=8, n_test=8, batch_size=16)
+    model = TCPDiffusion(block_out_channels=[8, 16, 16], members=2, sample_steps=2)
+    before = model.forecaster.target.constants.clone()
+    trainer = Trainer(max_steps=2, limit_val_batches=1, logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)  # fmt: skip
+    trainer.fit(model, dm)
+    assert not torch.equal(before, model.forecaster.target.constants)  # fitted on the training split
+    metrics = trainer.test(model, dm, verbose=False)[0]
+    for key in ("test/mae", "test/mae_3h", "test/mae_12h", "test/trend_mae", "test/crps", "test/ets@58.7"):
+        assert key in metrics and np.isfinite(metrics[key]), key
+    with pytest.raises(ValueError, match="members must be >= 1"):
+        TCPDiffusion(members=0)
