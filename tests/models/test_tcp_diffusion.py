@@ -96,16 +96,19 @@ def test_scalar_encoder_reads_the_last_frame_in_context() -> None:
     assert not torch.allclose(enc(x), enc(y))
 
 
-def test_forecaster_loss_ignores_invalid_pixels() -> None:
-    """Check that NaN-filled (invalid) future pixels do not change the loss, whatever their value."""
+def test_forecaster_loss_averages_over_valid_pixels_only() -> None:
+    """Check that the loss is the mean over valid pixels: no valid pixel gives 0, all valid equals no mask, and
+    half valid is the mean over that half."""
     torch.manual_seed(0)
     f = TCPForecaster(**TINY)
     b = _batch()
-    b["valid"][:, :, :8] = False
-    other = {k: v.clone() for k, v in b.items()}
-    other["future_rain"][:, :, :8] = 999.0
-    g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
-    torch.testing.assert_close(f.loss(b, g1), f.loss(other, g2))
+    full = f.loss({k: v for k, v in b.items() if k != "valid"}, torch.Generator().manual_seed(1))
+    torch.testing.assert_close(f.loss(b, torch.Generator().manual_seed(1)), full)
+    assert float(f.loss(b | {"valid": torch.zeros_like(b["valid"])}, torch.Generator().manual_seed(1))) == 0.0
+    top, bottom = torch.zeros_like(b["valid"]), torch.zeros_like(b["valid"])
+    top[..., :8, :], bottom[..., 8:, :] = True, True
+    halves = [f.loss(b | {"valid": m}, torch.Generator().manual_seed(1)) for m in (top, bottom)]
+    torch.testing.assert_close((halves[0] + halves[1]) / 2, full)
 
 
 def test_forecaster_samples_an_ensemble_reproducibly_and_with_spread() -> None:
@@ -165,3 +168,43 @@ def test_module_fits_its_target_constants_and_logs_the_card_metrics(tmp_path: Pa
         assert key in metrics and np.isfinite(metrics[key]), key
     with pytest.raises(ValueError, match="members must be >= 1"):
         TCPDiffusion(members=0)
+
+
+def test_netcdf_file_trains_through_the_conf(tmp_path: Path) -> None:
+    """The real path a user takes: a cyclone-centred netCDF file in the documented layout (ERA5-like environment
+    fields, an NWP precipitation field, a scalar, storm ids; 24 x 24 patches resized to 16) through
+    ``conf/tcp-diffusion.yaml`` with the official ResNet-18 NWP encoder, a few steps, then ``test``."""
+    xr = pytest.importorskip("xarray")
+    pytest.importorskip("h5netcdf")
+    from zoo.hub import conf_path
+    from zoo.lightning_cli import ZooCLI
+
+    rng = np.random.default_rng(0)
+    dims, shape = ("sample", "time", "y", "x"), (16, 8, 24, 24)
+    xr.Dataset({
+        "precipitation": (dims, rng.gamma(0.5, 4.0, shape).astype(np.float32)),
+        "t850": (dims, (280 + 10 * rng.random(shape)).astype(np.float32)),
+        "q850": (dims, (0.02 * rng.random(shape)).astype(np.float32)),
+        "tp": (dims, rng.gamma(0.5, 3.0, shape).astype(np.float32)),
+        "wind": (("sample", "time"), (20 + 30 * rng.random(shape[:2])).astype(np.float32)),
+        "storm": (("sample",), np.array([f"TC{i // 4}" for i in range(16)])),
+    }).to_netcdf(tmp_path / "tc.nc", engine="h5netcdf")  # fmt: skip
+    cli = ZooCLI(
+        args=["-c", str(conf_path("tcp-diffusion")), "--data.init_args.source", "netcdf",
+              "--data.init_args.path", str(tmp_path / "tc.nc"), "--data.init_args.resize", "true",
+              "--data.init_args.env_vars", "[t850, q850]", "--data.init_args.nwp_vars", "[tp]",
+              "--data.init_args.scalar_vars", "[wind]", "--data.init_args.val_fraction", "0.25",
+              "--data.init_args.test_fraction", "0.25", "--data.init_args.batch_size", "4",
+              "--model.init_args.env_channels", "2", "--model.init_args.num_scalars", "1",
+              "--model.init_args.nwp_arch", "resnet18", "--model.init_args.thresholds", "[6, 24, 60]",
+              "--model.init_args.members", "2", "--model.init_args.sample_steps", "2",
+              "--trainer.max_steps", "2", "--trainer.val_check_interval", "1", "--trainer.limit_val_batches", "1",
+              "--trainer.logger", "false", "--trainer.enable_checkpointing", "false", "--trainer.callbacks", "[]",
+              "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", str(tmp_path)],
+        run=False,
+    )  # fmt: skip
+    cli.trainer.fit(cli.model, cli.datamodule)
+    assert cli.trainer.global_step == 2
+    metrics = cli.trainer.test(cli.model, cli.datamodule, verbose=False)[0]
+    assert {"test/mae_12h", "test/ets@60", "test/crps"} <= set(metrics)
+    assert all(np.isfinite(v) for v in metrics.values())

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-import torch
+import torch  # noqa: F401 (the doctests use it)
 from torch import Tensor, nn
 
 __all__ = ["FieldStackEncoder", "ScalarSequenceEncoder"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -39,6 +39,8 @@ class TCPDiffusion(ZooModule):
         target_constants: ``log_max`` / ``diff_min`` / ``diff_max`` of the target transform; None fits them on the
             training split when ``fit`` starts (card §6); ``{"log_max": 6.549829553, "diff_min": -5.370121099,
             "diff_max": 5.3104655}`` are the official MSWEP ones.
+        prediction_type: ``"v_prediction"`` (default here) or the paper's ``"epsilon"``: at CPU training lengths
+            ε-prediction samples no better than noise (``TCPForecaster`` has the measurement).
         members / sampler / sample_steps / ensemble_space: evaluation's ensemble: ``members`` samples per case
             (8 in the paper), DDIM in ``sample_steps`` or the official 200-step DDPM, averaged in rain or log space.
         thresholds: rain amounts (mm per 3 h) for CSI/ETS/HSS; the default is the 75th/95th/99th percentile of the
@@ -71,6 +73,7 @@ class TCPDiffusion(ZooModule):
         num_train_timesteps: int = 200,
         deterministic: bool = False,
         target_constants: dict[str, float] | None = None,
+        prediction_type: Literal["epsilon", "v_prediction"] = "v_prediction",
         members: int = 4,
         sampler: Literal["ddim", "ddpm"] = "ddim",
         sample_steps: int = 25,
@@ -90,7 +93,7 @@ class TCPDiffusion(ZooModule):
         self.forecaster = TCPForecaster(
             size, frames_in, frames_out, target, env_channels, nwp_channels, num_scalars,
             tuple(block_out_channels or (16, 32, 32)), layers_per_block, norm_num_groups, nwp_arch,
-            num_train_timesteps, deterministic, target_constants,
+            num_train_timesteps, deterministic, target_constants, prediction_type,
         )  # fmt: skip
         self.thresholds = list(thresholds or DEFAULT_THRESHOLDS)
         for stage in ("val", "test"):
