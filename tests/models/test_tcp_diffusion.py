@@ -208,3 +208,28 @@ def test_netcdf_file_trains_through_the_conf(tmp_path: Path) -> None:
     metrics = cli.trainer.test(cli.model, cli.datamodule, verbose=False)[0]
     assert {"test/mae_12h", "test/ets@60", "test/crps"} <= set(metrics)
     assert all(np.isfinite(v) for v in metrics.values())
+
+
+def test_reproduction_claims_reject_their_stand_ins() -> None:
+    """Check on made-up results shaped like seed 0 of the calibration that each claim fails for every stand-in in its
+    place, that a forecast no better than the NWP channel fails the asserted ones, and which claims are reported."""
+    from zoo.claims import evaluate
+    from zoo.models.tcp_diffusion.reproduce import ARMS, CLAIMS, QUICK_ARMS, _needs
+
+    values = {  # mae_3h, mae_12h, mae, trend_mae, ets_p99
+        "arp_mm": (1.4, 3.3, 2.5, 1.5, 0.49), "arp": (1.5, 3.4, 2.6, 1.4, 0.41), "abs": (1.4, 3.9, 2.1, 1.6, 0.55),
+        "unet": (1.2, 1.8, 1.4, 1.2, 0.40), "persistence": (1.8, 6.1, 4.0, 1.9, 0.35), "nwp": (4.3, 4.5, 4.4, 2.2, 0.21),
+    }  # fmt: skip
+    r = {f"{arm}/{k}": v for arm, row in values.items() for k, v in zip(("mae_3h", "mae_12h", "mae", "trend_mae",
+                                                                             "ets_p99"), row)}  # fmt: skip
+    out = evaluate(r, CLAIMS)
+    for claim in CLAIMS:
+        assert out[f"{claim.prefix}/{claim.name}"] == 1.0, claim.name
+        assert all(out[f"rejects/{claim.name}/{arm}"] == 1.0 for arm in claim.stand_ins), claim.name
+        assert _needs(claim) <= set(ARMS)
+    asserted = [c for c in CLAIMS if c.asserted]
+    assert all(_needs(c) <= set(QUICK_ARMS) for c in asserted)  # the quick run asserts every asserted claim
+    for key in ("mae_12h", "mae", "ets_p99"):  # a forecast no better than the NWP channel
+        r[f"arp_mm/{key}"] = r[f"nwp/{key}"]
+    out = evaluate(r, asserted)
+    assert all(out[f"claims/{c.name}"] == 0.0 for c in asserted)

@@ -70,7 +70,9 @@ class FieldStackEncoder(nn.Module):
         torch.Size([2, 64])
     """
 
-    def __init__(self, channels: int, out_dim: int, arch: Literal["small", "resnet18"] = "small", width: int = 16) -> None:
+    def __init__(
+        self, channels: int, out_dim: int, arch: Literal["small", "resnet18"] = "small", width: int = 16
+    ) -> None:
         super().__init__()
         self.channels = channels
         if arch == "resnet18":
@@ -83,7 +85,8 @@ class FieldStackEncoder(nn.Module):
             blocks: list[nn.Module] = []
             c_in = channels
             for c_out in (width, 2 * width, 4 * width):
-                blocks += [nn.Conv2d(c_in, c_out, 3, stride=2, padding=1), nn.GroupNorm(min(8, c_out), c_out), nn.SiLU()]
+                conv = nn.Conv2d(c_in, c_out, 3, stride=2, padding=1)
+                blocks += [conv, nn.GroupNorm(min(8, c_out), c_out), nn.SiLU()]
                 c_in = c_out
             self.net = nn.Sequential(*blocks, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c_in, out_dim))
         else:

@@ -161,7 +161,8 @@ class TCPForecaster(nn.Module):
             t = torch.zeros(len(x0), dtype=torch.long, device=x0.device)
             err = self._denoise(torch.zeros_like(x0), t, history, emb) - x0
         else:
-            t = torch.randint(0, self.ddpm.config.num_train_timesteps, (len(x0),), device=x0.device, generator=generator)
+            T = self.ddpm.config.num_train_timesteps
+            t = torch.randint(0, T, (len(x0),), device=x0.device, generator=generator)
             noise = torch.randn(x0.shape, device=x0.device, dtype=x0.dtype, generator=generator)
             target = noise if self.ddpm.config.prediction_type == "epsilon" else self.ddpm.get_velocity(x0, noise, t)
             err = self._denoise(self.ddpm.add_noise(x0, noise, t), t, history, emb) - target

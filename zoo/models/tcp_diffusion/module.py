@@ -135,12 +135,14 @@ class TCPDiffusion(ZooModule):
     def forward(self, batch: Batch) -> Tensor:
         return ensemble_mean(self.ensemble(batch), self.hparams.ensemble_space)
 
-    def _evaluate(self, batch: Batch, stage: str) -> Tensor:
-        ens = self.ensemble(batch, torch.Generator().manual_seed(self.hparams.seed + self.global_step))
+    def _evaluate(self, batch: Batch, batch_idx: int, stage: str) -> Tensor:
+        # The sampling noise depends on the seed and the batch only: a loaded entry re-measures its card exactly.
+        ens = self.ensemble(batch, torch.Generator().manual_seed(self.hparams.seed + batch_idx))
         mean = ensemble_mean(ens, self.hparams.ensemble_space)
         truth = batch["future_rain"]
         if "valid" in batch:  # NaN-filled pixels count as neither error nor event
-            mean, ens = torch.where(batch["valid"], mean, truth), torch.where(batch["valid"][:, None], ens, truth[:, None])
+            valid = batch["valid"]
+            mean, ens = torch.where(valid, mean, truth), torch.where(valid[:, None], ens, truth[:, None])
         last = batch["past_rain"][:, -1:]
         getattr(self, f"{stage}_lead_mae").update(mean, truth)
         getattr(self, f"{stage}_trend_mae").update(mean.diff(dim=1, prepend=last), truth.diff(dim=1, prepend=last))
@@ -161,7 +163,7 @@ class TCPDiffusion(ZooModule):
             getattr(self, f"{stage}_{name}").reset()
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
-        mean = self._evaluate(batch, "val")
+        mean = self._evaluate(batch, batch_idx, "val")
         if batch_idx == 0 and not self.trainer.sanity_checking:
             self._panel = (batch["past_rain"][:4].cpu(), batch["future_rain"][:4].cpu(), mean[:4].cpu())
 
@@ -176,7 +178,7 @@ class TCPDiffusion(ZooModule):
             self._panel = None
 
     def test_step(self, batch: Batch, batch_idx: int) -> None:
-        self._evaluate(batch, "test")
+        self._evaluate(batch, batch_idx, "test")
 
     def on_test_epoch_end(self) -> None:
         self._log_epoch("test")
