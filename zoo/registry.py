@@ -289,6 +289,18 @@ _TCP_DIFFUSION = _Family(
     tags=("diffusion", "weather", "forecasting", "precipitation"),
 )
 
+_C3 = _Family(
+    module="zoo.models.c3.C3Classifier",
+    datamodule="datamodules.multimodal.MultiModalDataModule",
+    paper=Paper(
+        "Towards the Causal Complete Cause of Multi-Modal Representation Learning",
+        code="https://github.com/WangJingyao07/Multi-Modal-Base",
+        arxiv="2407.14058",
+    ),
+    reproduce="zoo.models.c3.reproduce.run",
+    tags=("multi-modal", "causality", "regularizer"),
+)
+
 # Sorted by name.
 ENTRIES: tuple[Entry, ...] = (
     _SAE.entry("a-sae", "Archetypal SAE: TopK SAE whose atoms are convex combinations of k-means candidate points."),
@@ -300,6 +312,11 @@ ENTRIES: tuple[Entry, ...] = (
         "backtrack-sampling-probe",
         "Learned verifier: a probe on the backtrack-sampling LM's hidden state that flags prefixes gone wrong.",
     ),
+    _C3.entry(
+        "c3",
+        "Multi-modal host classifier trained with C³R: counterfactual necessity, IV and intervention terms (reconstruction).",
+    ),
+    _C3.entry("c3-baseline", "The same multi-modal host classifier trained plainly (CE only): C³R's baseline.", "baseline"),
     _CLUDI.entry(
         "cludi",
         "Clusters features by diffusion over cluster-assignment embeddings with a self-distilling teacher (digits).",
