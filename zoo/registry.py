@@ -301,6 +301,18 @@ _C3 = _Family(
     tags=("multi-modal", "causality", "regularizer"),
 )
 
+_SEGMENT_ANYWORD = _Family(
+    module="zoo.models.segment_anyword.SegmentAnyword",
+    datamodule="datamodules.shapes.CaptionedShapesDataModule",
+    paper=Paper(
+        "Segment Anyword: Mask Prompt Inversion for Open-Set Grounded Segmentation",
+        code="https://github.com/ZhihuaLiuEd/Segment-Anyword",
+        arxiv="2505.17994",
+    ),
+    reproduce="zoo.models.segment_anyword.reproduce.run",
+    tags=("segmentation", "diffusion", "cross-attention", "training-free"),
+)
+
 # Sorted by name.
 ENTRIES: tuple[Entry, ...] = (
     _SAE.entry("a-sae", "Archetypal SAE: TopK SAE whose atoms are convex combinations of k-means candidate points."),
@@ -374,6 +386,10 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     _SEAD.entry(
         "sead", "Streaming ensemble of anomaly detectors: multiplicative weights with share over normalised scores."
+    ),
+    _SEGMENT_ANYWORD.entry(
+        "segment-anyword",
+        "A toy text-to-image UNet2DConditionModel and the training-free Segment Anyword pipeline over its attention.",
     ),
     _SNN_ECL.entry(
         "snn-ecl",

@@ -9,6 +9,7 @@ from zoo.metrics.dictionary_stability import (
     stability_floor_points,
 )
 from zoo.metrics.energy_distance import EnergyDistance, energy_distance
+from zoo.metrics.grounding import GroundingIoU, mask_iou
 from zoo.metrics.imitation import ImitationMetrics, goal_fraction, longest_increasing, w_min
 from zoo.metrics.pair_saving import AnnotationSaving
 from zoo.metrics.precipitation import EnsembleCRPS, LeadTimeMAE, PrecipVerification, contingency, crps_ensemble
@@ -41,6 +42,7 @@ __all__ = [
     "EnergyDistance",
     "EnsembleCRPS",
     "FlowCorrelation",
+    "GroundingIoU",
     "HumanWinRate",
     "ImitationMetrics",
     "LeadTimeMAE",
@@ -61,6 +63,7 @@ __all__ = [
     "haversine",
     "human_win_rate",
     "longest_increasing",
+    "mask_iou",
     "matched_permutation",
     "ppi_win_rate",
     "stability_floor_gaussian",
