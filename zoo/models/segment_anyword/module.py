@@ -107,14 +107,18 @@ class SegmentAnyword(ZooModule):
     def segment(self, image: Tensor, caption: str, generator: torch.Generator | None = None, **overrides: Any
                 ) -> list[Tensor]:  # fmt: skip
         """The masks ``(S, S)`` of the noun phrases of ``caption`` in ``image`` ``(3, S, S)`` in [−1, 1]."""
-        ids = self.tokenizer.encode(caption).to(image.device)
         generator = generator or torch.Generator().manual_seed(self.hparams.seed)
         was_training = self.training
         self.eval()
-        try:
-            return self.pipeline(**overrides)(image, caption, ids, generator)
-        finally:
-            self.train(was_training)
+        # Textual inversion needs autograd, also inside Lightning's test loop (inference mode by default): tensors
+        # made in inference mode are cloned out of it first.
+        with torch.inference_mode(False), torch.enable_grad():
+            image = image.clone()
+            ids = self.tokenizer.encode(caption).to(image.device)
+            try:
+                return self.pipeline(**overrides)(image, caption, ids, generator)
+            finally:
+                self.train(was_training)
 
     def forward(self, batch: Batch) -> Tensor:
         """The raw cross-attention map of each scene's first noun ``(B, S, S)`` (B0's maps; fixed noise)."""

@@ -32,7 +32,7 @@ from zoo.models.segment_anyword.inversion import ddim_denoise, ddim_invert, subs
 from zoo.models.segment_anyword.parser import Parser, Phrase
 from zoo.models.segment_anyword.refine import PointRefiner
 
-__all__ = ["SegmentAnywordPipeline", "largest_component", "sample_points"]
+__all__ = ["SegmentAnywordPipeline", "largest_component", "sample_points", "tokenizer_word_positions"]
 
 
 def largest_component(binary: Tensor) -> Tensor:
@@ -58,6 +58,21 @@ def sample_points(region: Tensor, k: int, generator: torch.Generator | None = No
         chosen.append(nxt)
         dist = torch.minimum(dist, (cells - cells[nxt]).norm(dim=-1))
     return cells[chosen].long()
+
+
+def tokenizer_word_positions(tokenizer: object, caption: str, max_length: int | None = None) -> list[list[int]]:
+    """The token positions of each whitespace word of ``caption`` for a Hugging Face fast tokenizer (its offsets; a
+    word split into sub-words gets all its pieces, card pitfall). Special tokens (BOS) shift the positions as they do
+    in the ids the text encoder sees."""
+    encoded = tokenizer(caption, return_offsets_mapping=True, truncation=max_length is not None,  # type: ignore[operator]
+                        max_length=max_length)  # fmt: skip
+    offsets = encoded["offset_mapping"]
+    spans, pos = [], 0
+    for word in caption.split():
+        start = caption.index(word, pos)
+        spans.append((start, start + len(word)))
+        pos = start + len(word)
+    return [[i for i, (a, b) in enumerate(offsets) if b > a and a < end and b > start] for start, end in spans]
 
 
 def _normalize(m: Tensor) -> Tensor:
@@ -107,8 +122,9 @@ class SegmentAnywordPipeline:
     r2: bool = True
 
     # -- step 1: targets ----------------------------------------------------------------------------------------------
-    def targets(self, caption: str) -> tuple[list[Phrase], list[list[int]]]:
-        """The phrases and, per phrase, the token positions of [noun, modifiers...] (sub-word pieces flattened)."""
+    def targets(self, caption: str) -> tuple[list[Phrase], list[list[list[int]]]]:
+        """The phrases and, per phrase, the token positions of each of its words, noun first, then its modifiers (a
+        word split into sub-word pieces has several; their maps are averaged, card pitfall)."""
         phrases = self.parser(caption)
         positions = self.word_positions(caption)
         if not phrases:
@@ -118,8 +134,13 @@ class SegmentAnywordPipeline:
             words = [p.noun, *p.modifiers]
             if any(w >= len(positions) or not positions[w] for w in words):
                 raise ValueError(f"phrase {p.text!r} of {caption!r} has a word with no token in the prompt")
-            tokens.append([t for w in words for t in positions[w]])
+            tokens.append([list(positions[w]) for w in words])
         return phrases, tokens
+
+    @staticmethod
+    def flat_positions(tokens: list[list[list[int]]]) -> Tensor:
+        """Every target token position, in the order ``masks_from_maps`` reads the maps."""
+        return torch.tensor([t for phrase in tokens for word in phrase for t in word], dtype=torch.long)
 
     # -- steps 2-3: attention maps ------------------------------------------------------------------------------------
     def attention_maps(self, image: Tensor, ids: Tensor, positions: Tensor, generator: torch.Generator | None = None
@@ -151,22 +172,25 @@ class SegmentAnywordPipeline:
         return maps[0]
 
     # -- steps 4-6: prompts and masks ---------------------------------------------------------------------------------
-    def _phrase_map(self, maps: Tensor, slots: list[int], modifiers: bool) -> Tensor:
-        noun = maps[slots[0]]
-        if self.r1 and modifiers and len(slots) > 1:
-            return _normalize(noun * maps[slots[1:]].mean(0))  # R1 [proposal]: noun ⊙ mean of its modifiers
+    def _phrase_map(self, word_maps: list[Tensor], modifiers: bool) -> Tensor:
+        noun = word_maps[0]
+        if self.r1 and modifiers and len(word_maps) > 1:
+            return _normalize(noun * torch.stack(word_maps[1:]).mean(0))  # R1 [proposal]: noun ⊙ its modifiers' map
         return noun
 
-    def masks_from_maps(self, image: Tensor, maps: Tensor, phrases: list[Phrase], tokens: list[list[int]],
+    def masks_from_maps(self, image: Tensor, maps: Tensor, phrases: list[Phrase], tokens: list[list[list[int]]],
                         generator: torch.Generator | None = None) -> list[Tensor]:  # fmt: skip
-        """One mask ``(H, W)`` bool per phrase from the target maps (in the order of ``tokens``, flattened)."""
-        slots, start = [], 0
-        for t in tokens:
-            slots.append(list(range(start, start + len(t))))
-            start += len(t)
+        """One mask ``(H, W)`` bool per phrase from the target maps (in the order of ``flat_positions(tokens)``)."""
+        per_phrase, start = [], 0
+        for phrase in tokens:
+            word_maps = []
+            for word in phrase:
+                word_maps.append(maps[start : start + len(word)].mean(0))  # sub-word pieces: their mean map
+                start += len(word)
+            per_phrase.append(word_maps)
         regions = []
-        for p, s in zip(phrases, slots):
-            m = self._phrase_map(maps, s, bool(p.modifiers))
+        for p, word_maps in zip(phrases, per_phrase):
+            m = self._phrase_map(word_maps, bool(p.modifiers))
             region = largest_component(m >= self.threshold)
             if not region.any():  # card pitfall: an empty component falls back to the argmax pixel
                 region = torch.zeros_like(m, dtype=torch.bool)
@@ -191,6 +215,5 @@ class SegmentAnywordPipeline:
             raise ValueError(f"expected an image of shape (C, {expected}, {expected}) for this denoiser, got "
                              f"{tuple(image.shape)}")  # fmt: skip
         phrases, tokens = self.targets(caption)
-        positions = torch.tensor([t for ts in tokens for t in ts], device=ids.device)
-        maps = self.attention_maps(image, ids, positions, generator)
+        maps = self.attention_maps(image, ids, self.flat_positions(tokens).to(ids.device), generator)
         return self.masks_from_maps(image, maps, phrases, tokens, generator)
