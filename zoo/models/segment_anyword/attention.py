@@ -125,8 +125,9 @@ class AttentionStore:
 
         For each call: the excluded token columns of the head-averaged probabilities are zeroed and, with
         ``renormalize``, each pixel's remaining probabilities are rescaled to sum to 1 (card pitfall: CLIP / SD put
-        most mass on the BOS token, which would otherwise wash out every other map); the requested columns are reshaped to ``(h, w)`` and bilinearly upsampled
-        to ``size × size``. The mean over calls is min–max normalised per map (a constant map becomes zeros).
+        most mass on the BOS token, which would otherwise wash out every other map); the requested columns are reshaped
+        to ``(h, w)`` and bilinearly upsampled to ``size × size``. The mean over calls is min–max normalised per map
+        (a constant map becomes zeros).
 
         Args:
             token_positions: ``(B, K)`` token positions per batch item (LongTensor, negative counts from the end).

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from datamodules.shapes import VOCAB, ShapeTokenizer
 from zoo.metrics.grounding import GroundingIoU
-from zoo.models.segment_anyword.parser import RuleParser
+from zoo.models.segment_anyword.parser import get_parser
 from zoo.models.segment_anyword.pipeline import SegmentAnywordPipeline
 from zoo.models.segment_anyword.refine import RandomWalkerRefiner, SamRefiner
 from zoo.models.segment_anyword.text2image import TextToImage
@@ -39,6 +39,7 @@ class SegmentAnyword(ZooModule):
             ``SegmentAnywordPipeline``); ``mode="raw"`` gives the raw-attention baseline B0.
         refiner: ``"random_walker"`` (the CPU stand-in) or ``"sam"`` (needs ``sam_checkpoint``, the paper's ViT-H);
             ``"none"`` thresholds the maps (the M1 arm).
+        parser: ``"rule"`` (the toy grammar's) or an installed spaCy model's name (``"en_core_web_sm"``).
         seed: the seed of the pipeline's noise and point sampling.
 
     Example:
@@ -65,6 +66,7 @@ class SegmentAnyword(ZooModule):
         r2: bool = True,
         refiner: Literal["random_walker", "sam", "none"] = "random_walker",
         sam_checkpoint: str | None = None,
+        parser: str = "rule",
         seed: int = 0,
     ) -> None:
         super().__init__()
@@ -75,6 +77,7 @@ class SegmentAnyword(ZooModule):
         self.tokenizer = ShapeTokenizer()
         self.test_all, self.test_hard = GroundingIoU(len(SHAPES)), GroundingIoU(len(SHAPES))
         self._refiner: Any = None
+        self._parser = get_parser(parser, SHAPES, COLOURS)
 
     # -- pretraining --------------------------------------------------------------------------------------------------
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
@@ -101,7 +104,7 @@ class SegmentAnyword(ZooModule):
         return SegmentAnywordPipeline(
             unet=self.model.unet, encode_text=self.model.encode_text, embedding=self.model.text_encoder.token_embedding,
             scheduler=self.model.scheduler, word_positions=lambda c: [[p] for p in self.tokenizer.word_positions(c)],
-            parser=RuleParser(SHAPES, COLOURS), **settings,
+            parser=self._parser, **settings,
         )  # fmt: skip
 
     def segment(self, image: Tensor, caption: str, generator: torch.Generator | None = None, **overrides: Any

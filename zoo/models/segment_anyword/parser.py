@@ -7,9 +7,9 @@ A parse returns word indices (the caption split on whitespace); the pipeline map
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 __all__ = ["Parser", "Phrase", "RuleParser", "SpacyParser", "get_parser"]
 
@@ -57,13 +57,17 @@ class SpacyParser:
     """spaCy's noun chunks: the chunk's root is the noun, its ``amod`` and ``compound`` children the modifiers.
 
     Args:
-        model: an installed spaCy pipeline with a parser (``python -m spacy download en_core_web_sm``).
+        model: the name of an installed spaCy pipeline with a parser (``python -m spacy download en_core_web_sm``),
+            or a loaded one (any callable from text to a parsed ``spacy.tokens.Doc``).
 
     Raises:
         ImportError / OSError: spaCy or the model is not installed (the message says what to run).
     """
 
-    def __init__(self, model: str = "en_core_web_sm") -> None:
+    def __init__(self, model: str | Callable[[str], Any] = "en_core_web_sm") -> None:
+        if not isinstance(model, str):
+            self.nlp = model
+            return
         try:
             import spacy
         except ImportError as err:

@@ -28,7 +28,12 @@ import torch
 from torch import Tensor, nn
 
 from zoo.models.segment_anyword.attention import record_cross_attention
-from zoo.models.segment_anyword.inversion import ddim_denoise, ddim_invert, substituted_embeddings, textual_inversion
+from zoo.models.segment_anyword.inversion import (
+    ddim_denoise,
+    ddim_invert,
+    substituted_embeddings,
+    textual_inversion,
+)
 from zoo.models.segment_anyword.parser import Parser, Phrase
 from zoo.models.segment_anyword.refine import PointRefiner
 
@@ -100,6 +105,8 @@ class SegmentAnywordPipeline:
         threshold / points / background_threshold: mask-prompt binarisation (0.7), positive points per phrase,
             background seeds below this on every target map (0.2).
         r1 / r2: the two linguistic regularisations.
+        vae / tokenizer / max_length: a latent denoiser's autoencoder (images are encoded, maps upsampled back) and
+            the tokenizer that makes the ids (see ``from_diffusers``).
     """
 
     unet: nn.Module
@@ -120,6 +127,9 @@ class SegmentAnywordPipeline:
     background_threshold: float = 0.2
     r1: bool = True
     r2: bool = True
+    vae: nn.Module | None = None
+    tokenizer: object | None = None
+    max_length: int | None = None
 
     # -- step 1: targets ----------------------------------------------------------------------------------------------
     def targets(self, caption: str) -> tuple[list[Phrase], list[list[list[int]]]]:
@@ -207,13 +217,72 @@ class SegmentAnywordPipeline:
             out.append(self.refiner(image, pos, neg, background))
         return out
 
-    def __call__(self, image: Tensor, caption: str, ids: Tensor, generator: torch.Generator | None = None
-                 ) -> list[Tensor]:  # fmt: skip
-        """Masks ``(H, W)`` of every noun phrase of ``caption`` in ``image`` ``(C, H, W)`` (token ids ``(T,)``)."""
-        expected = getattr(getattr(self.unet, "config", None), "sample_size", None)
-        if image.ndim != 3 or (expected is not None and tuple(image.shape[-2:]) != (expected, expected)):
-            raise ValueError(f"expected an image of shape (C, {expected}, {expected}) for this denoiser, got "
+    # -- the real path: a diffusers text-to-image pipeline -------------------------------------------------------------
+    @classmethod
+    def from_diffusers(cls, pipe: object, parser: Parser, refiner: PointRefiner | None = None, **settings: object
+                       ) -> SegmentAnywordPipeline:  # fmt: skip
+        """Over a diffusers text-to-image pipeline's parts: ``unet``, ``text_encoder``, ``tokenizer`` (a fast Hugging
+        Face tokenizer: its offsets map words to sub-word tokens), ``scheduler`` and ``vae`` (Stable Diffusion's
+        ``StableDiffusionPipeline``; the paper's CompVis LDM has the same parts).
+
+        Example (downloads Stable Diffusion; SAM's checkpoint is a file from segment-anything's release):
+
+            pipe = StableDiffusionPipeline.from_pretrained("CompVis/stable-diffusion-v1-4")
+            segmenter = SegmentAnywordPipeline.from_diffusers(pipe, SpacyParser(), SamRefiner("sam_vit_h_4b8939.pth"),
+                                                              tuning_steps=1100)
+            masks = segmenter(image, "the dog left of a red car")  # image (3, 512, 512) in [-1, 1]
+        """
+        parts = ("unet", "text_encoder", "tokenizer", "scheduler", "vae")
+        missing = [k for k in parts if getattr(pipe, k, None) is None]
+        if missing:
+            raise ValueError(f"{type(pipe).__name__} has no {', '.join(missing)}: expected a text-to-image diffusers "
+                             "pipeline such as StableDiffusionPipeline")  # fmt: skip
+        text_encoder, tokenizer = pipe.text_encoder, pipe.tokenizer  # type: ignore[attr-defined]
+        max_length = min(int(tokenizer.model_max_length), int(text_encoder.config.max_position_embeddings))
+        return cls(
+            unet=pipe.unet, encode_text=lambda ids: text_encoder(ids).last_hidden_state,  # type: ignore[attr-defined]
+            embedding=text_encoder.get_input_embeddings(), scheduler=pipe.scheduler,  # type: ignore[attr-defined]
+            word_positions=lambda c: tokenizer_word_positions(tokenizer, c, max_length), parser=parser,
+            refiner=refiner, vae=pipe.vae, tokenizer=tokenizer, max_length=max_length, **settings,  # type: ignore
+        )  # fmt: skip
+
+    def _encode_image(self, image: Tensor) -> Tensor:
+        """The VAE latent of an RGB image ``(3, H, W)`` in [−1, 1] (the posterior mean, scaled as in training)."""
+        with torch.no_grad():
+            encoded = self.vae.encode(image[None].to(self.vae.dtype))  # type: ignore[union-attr]
+        latent = encoded.latent_dist.mean if hasattr(encoded, "latent_dist") else encoded.latents  # VQ: .latents
+        return latent[0] * float(getattr(self.vae.config, "scaling_factor", 1.0))  # type: ignore[union-attr]
+
+    def _check_image(self, image: Tensor) -> None:
+        sample = getattr(getattr(self.unet, "config", None), "sample_size", None)
+        if self.vae is not None:
+            factor = 2 ** (len(self.vae.config.block_out_channels) - 1)  # type: ignore[union-attr]
+            if image.ndim != 3 or image.shape[0] != 3 or image.shape[-1] % factor or image.shape[-2] % factor:
+                raise ValueError(f"expected an RGB image (3, H, W) with H and W multiples of the VAE's {factor}, got "
+                                 f"{tuple(image.shape)}")  # fmt: skip
+        elif image.ndim != 3 or (sample is not None and tuple(image.shape[-2:]) != (sample, sample)):
+            raise ValueError(f"expected an image of shape (C, {sample}, {sample}) for this denoiser, got "
                              f"{tuple(image.shape)}")  # fmt: skip
+        if not torch.isfinite(image).all():
+            raise ValueError("the image has NaN or infinite values")
+
+    def __call__(self, image: Tensor, caption: str, ids: Tensor | None = None,
+                 generator: torch.Generator | None = None) -> list[Tensor]:  # fmt: skip
+        """Masks ``(H, W)`` of every noun phrase of ``caption`` in ``image`` ``(C, H, W)`` (in [−1, 1]; RGB where a
+        VAE encodes it). ``ids``: the caption's token ids ``(T,)``, or None to use the pipeline's tokenizer."""
+        self._check_image(image)
         phrases, tokens = self.targets(caption)
-        maps = self.attention_maps(image, ids, self.flat_positions(tokens).to(ids.device), generator)
+        if ids is None:
+            if self.tokenizer is None:
+                raise ValueError("pass the caption's token ids: this pipeline has no tokenizer")
+            encoded = self.tokenizer(caption, padding="max_length", truncation=True,  # type: ignore[operator]
+                                     max_length=self.max_length)  # fmt: skip
+            ids = torch.tensor(encoded["input_ids"], device=image.device)
+        positions = self.flat_positions(tokens).to(ids.device)
+        if self.vae is None:
+            maps = self.attention_maps(image, ids, positions, generator)
+        else:  # latent space: maps at the latent size, upsampled to the image's (the refiner reads the RGB image)
+            maps = self.attention_maps(self._encode_image(image), ids, positions, generator)
+            maps = torch.nn.functional.interpolate(maps[None], size=image.shape[-2:], mode="bilinear",
+                                                   align_corners=False)[0].clamp(0, 1)  # fmt: skip
         return self.masks_from_maps(image, maps, phrases, tokens, generator)

@@ -9,6 +9,7 @@ seeded with the points and background seeds: SAM's weights cannot be downloaded 
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -21,7 +22,8 @@ __all__ = ["PointRefiner", "RandomWalkerRefiner", "SamRefiner"]
 
 class PointRefiner(Protocol):
     def __call__(self, image: Tensor, positive: Tensor, negative: Tensor, background: Tensor | None = None) -> Tensor:
-        """``image`` (3, H, W) in [−1, 1], points (P, 2) as (row, col), ``background`` (H, W) bool seeds → (H, W) bool."""
+        """``image`` (3, H, W) in [−1, 1], points (P, 2) as (row, col), ``background`` (H, W) bool seeds → mask (H, W)
+        bool."""
         ...
 
 
@@ -69,7 +71,11 @@ class RandomWalkerRefiner:
         if not (seeds == 2).any():  # nothing to compete with: the walker would label everything 1
             return torch.from_numpy(seeds == 1)
         rgb = ((image.detach().cpu().float().permute(1, 2, 0).numpy() + 1) / 2).clip(0, 1)
-        labels = random_walker(rgb, seeds, beta=self.beta, mode="cg_j", channel_axis=-1)
+        with warnings.catch_warnings():
+            # cg_j's iterative solve can overshoot [0, 1] by more than prob_tol on flat regions; the labels are the
+            # argmax of the probabilities, which the overshoot does not change, so the warning is noise here
+            warnings.filterwarnings("ignore", message="The probability range is outside", category=UserWarning)
+            labels = random_walker(rgb, seeds, beta=self.beta, mode="cg_j", channel_axis=-1)
         return torch.from_numpy(labels == 1)
 
 
@@ -87,7 +93,8 @@ class SamRefiner:
         FileNotFoundError: when ``checkpoint`` does not exist.
     """
 
-    def __init__(self, checkpoint: str | None = None, model_type: str = "vit_h", model: nn.Module | None = None) -> None:
+    def __init__(self, checkpoint: str | None = None, model_type: str = "vit_h", model: nn.Module | None = None
+                 ) -> None:  # fmt: skip
         try:
             from segment_anything import SamPredictor, sam_model_registry
         except ImportError as err:
@@ -95,8 +102,8 @@ class SamRefiner:
                               "RandomWalkerRefiner where neither is available") from err  # fmt: skip
         if model is None:
             if checkpoint is None or not Path(checkpoint).is_file():
-                raise FileNotFoundError(f"no SAM checkpoint at {checkpoint!r}: download sam_vit_h_4b8939.pth from the "
-                                        "segment-anything release and pass its path, or use RandomWalkerRefiner")  # fmt: skip
+                raise FileNotFoundError(f"no SAM checkpoint at {checkpoint!r}: download sam_vit_h_4b8939.pth from "
+                                        "the segment-anything release and pass its path, or use RandomWalkerRefiner")
             if model_type not in sam_model_registry:
                 raise ValueError(f"unknown SAM model_type {model_type!r}; known: {sorted(sam_model_registry)}")
             model = sam_model_registry[model_type](checkpoint=checkpoint)
