@@ -7,7 +7,7 @@ import math
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
-from callbacks.images import log_figure
+from zoo.callbacks.images import log_figure
 
 __all__ = ["DiffusionSamples"]
 

@@ -12,7 +12,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
-from callbacks.interface import required_tensor
+from zoo.callbacks.interface import required_tensor
 from zoo.metrics import dictionary_stability, stability_floor_gaussian, stability_floor_points
 
 __all__ = ["SAEStability"]

@@ -11,8 +11,8 @@ from torch.utils.data import DataLoader
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
-from callbacks.images import log_figure
-from callbacks.stages import EvaluationStages
+from zoo.callbacks.images import log_figure
+from zoo.callbacks.stages import EvaluationStages
 
 __all__ = ["SNNConversion"]
 

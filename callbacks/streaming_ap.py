@@ -11,7 +11,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from torchmetrics.classification import BinaryAveragePrecision
 
-from callbacks.stages import EvaluationStages
+from zoo.callbacks.stages import EvaluationStages
 
 __all__ = ["StreamingAveragePrecision"]
 

@@ -8,8 +8,8 @@ import torch
 from lightning.pytorch import LightningModule, Trainer
 from torch import Tensor
 
-from callbacks.images import log_figure
-from callbacks.stages import EvaluationStages
+from zoo.callbacks.images import log_figure
+from zoo.callbacks.stages import EvaluationStages
 
 __all__ = ["TransportSamples", "transport_figure"]
 

@@ -9,9 +9,9 @@ import torch
 from lightning.pytorch import LightningModule, Trainer
 from torch import Tensor
 
-from callbacks.images import log_figure
-from callbacks.interface import required_tensor
-from callbacks.stages import EvaluationStages
+from zoo.callbacks.images import log_figure
+from zoo.callbacks.interface import required_tensor
+from zoo.callbacks.stages import EvaluationStages
 
 __all__ = ["WeightTrace"]
 

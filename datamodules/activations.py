@@ -18,8 +18,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from datamodules.base import BatchedDataModule
-from datamodules.checks import check_finite
+from zoo.datamodules.base import BatchedDataModule
+from zoo.datamodules.checks import check_finite
 
 __all__ = ["ActivationsDataModule", "ActivationArray", "make_sparse_concepts"]
 
@@ -209,7 +209,7 @@ class ActivationsDataModule(BatchedDataModule):
                 )
             self._files = [root / "train.npy", root / "test.npy"]
             return [np.load(self._files[0], mmap_mode="r")], [np.load(self._files[1], mmap_mode="r")]
-        from datamodules.activation_cache import read_cache_meta
+        from zoo.datamodules.activation_cache import read_cache_meta
 
         meta = read_cache_meta(root)
         self._files = [root / shard for shard in meta["shards"]]

@@ -31,8 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from datamodules.base import BatchedDataModule, DictBatches
-from datamodules.cyclone_files import FRAMES, PAST, read_cyclone_file
+from zoo.datamodules.base import BatchedDataModule, DictBatches
+from zoo.datamodules.cyclone_files import FRAMES, PAST, read_cyclone_file
 
 __all__ = ["CycloneDataModule", "spiral_cyclones"]
 

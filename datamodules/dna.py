@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from datamodules.base import BatchedDataModule, TensorBatches
+from zoo.datamodules.base import BatchedDataModule, TensorBatches
 
 __all__ = ["ALPHABET", "MarkovDNA", "MarkovDNADataModule", "decode", "encode", "read_sequences"]
 

@@ -17,7 +17,7 @@ from typing import Literal, Sequence
 import torch
 from torch import Tensor
 
-from datamodules.base import BatchedDataModule, TensorBatches
+from zoo.datamodules.base import BatchedDataModule, TensorBatches
 
 __all__ = ["DomainShiftDataModule"]
 
@@ -84,7 +84,7 @@ class DomainShiftDataModule(BatchedDataModule):
 
             data = load_digits()
             return torch.from_numpy(data.images).float()[:, None] / 8.0 - 1.0, torch.from_numpy(data.target).long()
-        from datamodules.images import ImageDataModule
+        from zoo.datamodules.images import ImageDataModule
 
         images = ImageDataModule(hp.dataset, hp.data_dir, augment=False, test_size=1)
         if hp.dataset != "imagefolder":

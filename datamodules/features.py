@@ -29,8 +29,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from datamodules.base import BatchedDataModule, TensorBatches
-from datamodules.checks import check_finite
+from zoo.datamodules.base import BatchedDataModule, TensorBatches
+from zoo.datamodules.checks import check_finite
 
 __all__ = ["FeatureClusteringDataModule"]
 
@@ -148,7 +148,7 @@ class FeatureClusteringDataModule(BatchedDataModule):
             data = load_digits()
             x, target = torch.tensor(data.data, dtype=torch.float32), data.target
         else:
-            from datamodules.topics import encode_sentences, topic_sentences
+            from zoo.datamodules.topics import encode_sentences, topic_sentences
 
             sentences, target = topic_sentences(hp.per_topic, seed=hp.seed)
             x = encode_sentences(sentences)
@@ -183,8 +183,8 @@ class FeatureClusteringDataModule(BatchedDataModule):
     def _images(self, split: str) -> tuple[Tensor, Tensor]:
         from torchvision.datasets import ImageFolder
 
-        from datamodules.activation_cache import build_activation_cache, read_cache_meta
-        from datamodules.activations import ActivationArray
+        from zoo.datamodules.activation_cache import build_activation_cache, read_cache_meta
+        from zoo.datamodules.activations import ActivationArray
 
         hp = self.hparams
         folder = Path(hp.data_dir).expanduser() / split

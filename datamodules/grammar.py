@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from datamodules.base import BatchedDataModule, TensorBatches
-from datamodules.dyck import DyckGrammar
+from zoo.datamodules.base import BatchedDataModule, TensorBatches
+from zoo.datamodules.dyck import DyckGrammar
 
 __all__ = ["DyckDataModule"]
 

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from datamodules.base import BatchedDataModule
+from zoo.datamodules.base import BatchedDataModule
 
 __all__ = ["ImageDataModule", "IndexedImageFolder", "IndexedImages", "random_crop_flip"]
 

@@ -42,9 +42,9 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from datamodules.activation_cache import read_cache_meta
-from datamodules.base import BatchedDataModule, DictBatches
-from datamodules.checks import check_finite
+from zoo.datamodules.activation_cache import read_cache_meta
+from zoo.datamodules.base import BatchedDataModule, DictBatches
+from zoo.datamodules.checks import check_finite
 
 __all__ = ["CONDITIONS", "MultiModalDataModule", "spurious_modalities", "write_features"]
 
@@ -382,7 +382,7 @@ class MultiModalDataModule(BatchedDataModule):
         layout = (f"MultiModalDataModule(source='features') expects {root}/<split>/labels.npy (int, (n,)) and, per "
                   "modality, <modality>.npy (float, (n, d)) or an activation-cache folder <modality>/ (meta.json + "
                   "acts_*.npy), for the splits train and test (val optional). Write them with "
-                  "datamodules.multimodal.write_features.")  # fmt: skip
+                  "zoo.datamodules.multimodal.write_features.")  # fmt: skip
         if not folder.is_dir():
             raise FileNotFoundError(f"No {split} folder at {folder}. {layout}")
         if not (folder / LABELS).is_file():

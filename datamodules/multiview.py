@@ -21,8 +21,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from datamodules.base import FullBatchDataModule
-from datamodules.checks import check_finite
+from zoo.datamodules.base import FullBatchDataModule
+from zoo.datamodules.checks import check_finite
 
 __all__ = ["MultiViewDataModule", "MultiViews", "digits_views", "load_mat_views", "synthetic_views"]
 

@@ -40,7 +40,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from datamodules.base import BatchedDataModule, DictBatches
+from zoo.datamodules.base import BatchedDataModule, DictBatches
 
 __all__ = [
     "GoalBuffer",
@@ -75,7 +75,7 @@ def collect_offline(
     """
     import gymnasium as gym
 
-    from datamodules.envs import make_env
+    from zoo.datamodules.envs import make_env
 
     if isinstance(env, str):
         env = make_env(env, max_episode_steps=episode_length + 1)
@@ -118,7 +118,7 @@ def load_minari(dataset_id: str) -> dict[str, np.ndarray]:
         raise ImportError(
             f"load_minari({dataset_id!r}) needs the `minari` package: pip install minari, then "
             f"`minari download {dataset_id}` where a network exists (or export the data to the .npz layout of "
-            "datamodules.offline_goals and pass path=...)"
+            "zoo.datamodules.offline_goals and pass path=...)"
         ) from err
     try:
         dataset = minari.load_dataset(dataset_id)
@@ -319,7 +319,7 @@ class OfflineGoalDataModule(BatchedDataModule):
                 gen = torch.Generator().manual_seed(h.seed + 1)
                 self.val_set = DictBatches(val.relabel(torch.arange(len(val)), generator=gen))
         if stage in (None, "test", "predict") and self.test_set is None:
-            from datamodules.demos import demo_set
+            from zoo.datamodules.demos import demo_set
 
             self.test_set = demo_set(h.demos)
 

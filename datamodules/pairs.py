@@ -18,8 +18,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from datamodules.base import BatchedDataModule
-from datamodules.checks import check_finite
+from zoo.datamodules.base import BatchedDataModule
+from zoo.datamodules.checks import check_finite
 
 __all__ = ["PairDataset", "ToyPairDataModule", "ImagePairDataModule", "toy_distribution", "TOY_DISTRIBUTIONS"]
 

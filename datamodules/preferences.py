@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from datamodules.base import BatchedDataModule
+from zoo.datamodules.base import BatchedDataModule
 
 __all__ = ["PairwisePreferences", "PreferenceDataModule", "make_tiny_arena", "read_preference_rows"]
 

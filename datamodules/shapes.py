@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from datamodules.base import BatchedDataModule, DictBatches
+from zoo.datamodules.base import BatchedDataModule, DictBatches
 
 __all__ = [
     "COLOURS",

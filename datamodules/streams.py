@@ -23,8 +23,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from datamodules.base import BatchedDataModule
-from datamodules.checks import check_finite
+from zoo.datamodules.base import BatchedDataModule
+from zoo.datamodules.checks import check_finite
 
 __all__ = ["StreamDataModule", "StreamDataset", "make_drifting_stream"]
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from datamodules.base import FullBatchDataModule, TensorBatches
+from zoo.datamodules.base import FullBatchDataModule, TensorBatches
 
 __all__ = ["FEYNMAN", "Equation", "SymbolicDataModule", "feynman_dataset", "read_tsv", "split_with_noise"]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from datamodules.base import BatchedDataModule, TensorBatches
+from zoo.datamodules.base import BatchedDataModule, TensorBatches
 
 __all__ = ["BOS", "PAD", "SynLang", "SynLangDataModule"]
 

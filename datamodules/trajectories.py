@@ -23,8 +23,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from datamodules.base import BatchedDataModule, TensorBatches
-from datamodules.street_grid import (
+from zoo.datamodules.base import BatchedDataModule, TensorBatches
+from zoo.datamodules.street_grid import (
     CITY_CENTER,
     KM_LAT,
     km_to_latlon,

@@ -16,8 +16,8 @@ from lightning import Trainer
 from safetensors.torch import load_file
 
 import zoo
-from datamodules.activations import ActivationsDataModule
 from zoo.cli import main
+from zoo.datamodules.activations import ActivationsDataModule
 from zoo.hub import BUNDLED
 from zoo.lightning_cli import ZooCLI
 from zoo.models.ra_sae import RASAE
@@ -241,3 +241,24 @@ def test_test_under_ddp_measures_the_same_values_as_one_process(tmp_path: Path) 
     assert recorded
     for key, value in recorded.items():
         assert _last(rows, key) == pytest.approx(value, abs=1e-4), key
+
+
+def test_config_names_resolve_to_installed_confs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from zoo.cli import _resolve_confs
+    from zoo.registry import CONF_DIR
+
+    monkeypatch.chdir(tmp_path)  # no conf/ here: only the installed set can answer
+    argv = ["fit", "-c", "ra-sae", "--config", "logger/wandb", "--config=topk-sae", "-c", "mine.yaml", "--x", "ra-sae"]
+    wandb = str(CONF_DIR / "logger/wandb.yaml")
+    topk = f"--config={conf_path('topk-sae')}"
+    assert _resolve_confs(argv) == ["fit", "-c", str(conf_path("ra-sae")), "--config", wandb, topk, "-c", "mine.yaml",
+                                    "--x", "ra-sae"]  # fmt: skip
+    (tmp_path / "ra-sae").write_text("trainer: {}\n")  # a file of that name is the user's, and wins
+    assert _resolve_confs(["fit", "-c", "ra-sae"]) == ["fit", "-c", "ra-sae"]
+
+
+def test_conf_prints_the_entry_conf(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["conf", "ra-sae"])
+    assert capsys.readouterr().out == conf_path("ra-sae").read_text()
+    with pytest.raises(SystemExit, match="ra-sae"):
+        main(["conf", "ra-sea"])  # close matches in the one-line message

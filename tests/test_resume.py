@@ -17,20 +17,20 @@ from lightning import Callback, LightningDataModule, LightningModule, Trainer, s
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import RandomSampler
 
-from callbacks import TrainingDynamics
-from datamodules.activations import ActivationsDataModule
-from datamodules.base import (
+from zoo.callbacks import TrainingDynamics
+from zoo.cli import main
+from zoo.datamodules.activations import ActivationsDataModule
+from zoo.datamodules.base import (
     ResumableDataLoader,
     ResumableRandomSampler,
     ResumableSequentialSampler,
     TensorBatches,
     identity_collate,
 )
-from datamodules.features import FeatureClusteringDataModule
-from zoo.models.dual.data import PrunableImageDataModule
-from zoo.cli import main
+from zoo.datamodules.features import FeatureClusteringDataModule
 from zoo.models.cludi import CLUDIModule
 from zoo.models.dual import DualClassifier
+from zoo.models.dual.data import PrunableImageDataModule
 from zoo.models.ra_sae import RASAE
 from zoo.registry import CONF_DIR, conf_path
 

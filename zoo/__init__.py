@@ -11,7 +11,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from zoo.registry import list_models
+from zoo import _layout
+
+_layout.install()  # zoo.datamodules / zoo.callbacks in a clone (see zoo/_layout.py); before anything imports them
+
+from zoo.registry import list_models  # noqa: E402
 
 if TYPE_CHECKING:  # pragma: no cover
     from lightning import LightningDataModule, LightningModule

@@ -1,8 +1,9 @@
 """The ``zoo`` command.
 
 ``zoo fit|validate|test|predict`` are Lightning's ``LightningCLI`` (subclass mode for model and data, configs
-from ``conf/``, every init argument overridable, ``--pretrained NAME_OR_DIR`` to start from hub weights).
-``zoo list``, ``zoo info NAME``, ``zoo reproduce NAME`` and ``zoo publish NAME`` are the zoo's own.
+from ``conf/``, every init argument overridable, ``--pretrained NAME_OR_DIR`` to start from hub weights);
+``-c NAME`` takes an entry's conf as installed (``-c conf/NAME.yaml`` or any other file works too).
+``zoo list``, ``zoo info NAME``, ``zoo conf NAME``, ``zoo reproduce NAME`` and ``zoo publish NAME`` are the zoo's own.
 
 ``zoo list`` and ``zoo info`` import no torch, so they answer at once.
 """
@@ -18,7 +19,33 @@ from typing import Sequence
 __all__ = ["main"]
 
 _LIGHTNING = ("fit", "validate", "test", "predict")
-_OWN = ("list", "info", "reproduce", "publish", "winrate", "watermark")
+_OWN = ("list", "info", "conf", "reproduce", "publish", "winrate", "watermark")
+
+
+def _resolve_confs(argv: list[str]) -> list[str]:
+    """``-c NAME`` / ``--config NAME`` / ``--config=NAME`` naming no existing file: an entry's conf, or a conf of the
+    installed set by its relative name (``-c logger/wandb``), from the package in a wheel or conf/ in a clone."""
+    from zoo.registry import CONF_DIR, conf_path, list_models
+
+    names = set(list_models())
+
+    def resolve(value: str) -> str:
+        if Path(value).exists():
+            return value
+        if value in names:
+            return str(conf_path(value))
+        shipped = CONF_DIR / (value if value.endswith((".yaml", ".yml")) else value + ".yaml")
+        return str(shipped) if shipped.is_file() else value
+
+    out = []
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        if eq and flag == "--config":
+            arg = f"--config={resolve(value)}"
+        elif i > 0 and argv[i - 1] in ("-c", "--config"):
+            arg = resolve(arg)
+        out.append(arg)
+    return out
 
 
 def _lightning_cli(argv: list[str] | None) -> None:
@@ -63,6 +90,12 @@ def _cmd_info(args: argparse.Namespace) -> None:
         print(f"(no published weights: {err})")
 
 
+def _cmd_conf(args: argparse.Namespace) -> None:
+    from zoo.registry import conf_path
+
+    sys.stdout.write(conf_path(args.name).read_text())
+
+
 def _cmd_reproduce(args: argparse.Namespace) -> None:
     from zoo.registry import get_entry, import_object
 
@@ -101,6 +134,9 @@ def _own_parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.add_argument("--hub", default=None, help="hub location to search first")
     p.set_defaults(func=_cmd_info)
+    p = sub.add_parser("conf", help="print an entry's training conf (`zoo conf ra-sae > my.yaml`, then -c my.yaml)")
+    p.add_argument("name")
+    p.set_defaults(func=_cmd_conf)
     p = sub.add_parser("reproduce", help="run the paper's small-scale claim against its baseline")
     p.add_argument("name")
     p.add_argument("--quick", action="store_true", help="about a minute instead of the full run")
@@ -108,7 +144,8 @@ def _own_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_reproduce)
     p = sub.add_parser("publish", help="train with conf/NAME.yaml, test, and write the hub entry with its card")
     p.add_argument("name")
-    p.add_argument("--dest", default=None, help="entry folder (default: the bundled zoo/pretrained/NAME)")
+    p.add_argument("--dest", default=None, help="entry folder (default in a clone: zoo/pretrained/NAME; an installed "
+                   "zoo needs one)")
     p.add_argument("--max-epochs", type=int, default=None, help="override the conf's trainer.max_epochs")
     p.set_defaults(func=_cmd_publish)
     p = sub.add_parser("winrate", help="unbiased win rate from human labels (some missing) + synthetic scores")
@@ -141,7 +178,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     command = argv[0] if argv else ""
     try:
         if command in _LIGHTNING:
-            _lightning_cli(None if from_sys else argv)
+            resolved = _resolve_confs(argv)
+            _lightning_cli(None if from_sys and resolved == argv else resolved)
             return
         args = _own_parser().parse_args(argv)
         args.func(args)

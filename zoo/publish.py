@@ -15,17 +15,20 @@ from zoo.registry import conf_path, get_entry
 
 __all__ = ["publish", "library_versions", "render_card"]
 
-_LIBRARIES = ("zoo", "torch", "lightning", "torchmetrics", "safetensors", "huggingface_hub", "numpy", "scikit-learn")
+DISTRIBUTION = "icml25-zoo"  # the zoo's name on the index (`zoo` there is an unrelated RPC framework)
+_LIBRARIES = (DISTRIBUTION, "torch", "lightning", "torchmetrics", "safetensors", "huggingface_hub", "numpy",
+              "scikit-learn")
 
 
 def library_versions() -> dict[str, str]:
     """Installed versions of the libraries a hub entry depends on, plus Python's."""
     versions = {"python": platform.python_version()}
     for name in _LIBRARIES:
+        key = "zoo" if name == DISTRIBUTION else name  # cards record the zoo's version under "zoo"
         try:
-            versions[name] = metadata.version(name)
+            versions[key] = metadata.version(name)
         except metadata.PackageNotFoundError:
-            versions[name] = "not installed"
+            versions[key] = "not installed"
     return versions
 
 
@@ -105,16 +108,22 @@ def publish(
 
     Args:
         name: a registry entry.
-        dest: entry folder (default ``zoo/pretrained/<name>``).
+        dest: entry folder (default ``zoo/pretrained/<name>`` in a clone; an installed zoo needs one: site-packages is
+            often read-only, and an upgrade would replace what was written there).
         max_epochs: override the conf's ``trainer.max_epochs`` (quick checks).
         extra_args: more Lightning CLI arguments (``["--trainer.logger", "false"]``...).
 
     Returns:
         The entry folder.
     """
+    from zoo._layout import in_clone
     from zoo.lightning_cli import ZooCLI
 
     entry = get_entry(name)
+    if dest is None and not in_clone():
+        raise ValueError("name the folder to write the entry to (--dest DIR, `publish(name, "
+                         "dest=DIR)`): this zoo is installed from a wheel, and its bundled entries stay as installed; "
+                         "load the new one with zoo.load(DIR) or ZOO_HUB=<parent of DIR>")  # fmt: skip
     args = ["-c", str(conf_path(name))]
     if max_epochs is not None:
         args += ["--trainer.max_epochs", str(max_epochs)]
@@ -152,5 +161,5 @@ def publish(
     hub.write_entry(
         model, dest, zoo_meta=meta, card_text=render_card(name, model, dm, metrics, command, seconds, pretrained)
     )
-    print(f"Published {name} to {dest}: " + ", ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items())))
+    print(f"Published {name} to {dest.resolve()}: " + ", ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items())))
     return dest

@@ -16,7 +16,7 @@ from typing import Any
 __all__ = ["Entry", "Paper", "ENTRIES", "get_entry", "list_models", "import_object", "conf_path", "CONF_DIR"]
 
 # conf/ sits beside the packages in the source tree (the zoo is installed editable, `pip install -e .`).
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+from zoo._layout import CONF_DIR  # noqa: E402  (inside the package in a wheel, conf/ in a clone)
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ class _Family:
 
 _SAE = _Family(
     module="zoo.models.ra_sae.RASAE",
-    datamodule="datamodules.activations.ActivationsDataModule",
+    datamodule="zoo.datamodules.activations.ActivationsDataModule",
     paper=Paper(
         "Archetypal SAE: Adaptive and Stable Dictionary Learning for Concept Extraction in Large Vision Models",
         code="https://github.com/KempnerInstitute/overcomplete",
@@ -95,7 +95,7 @@ _SAE = _Family(
 )
 _CLUDI = _Family(
     module="zoo.models.cludi.CLUDIModule",
-    datamodule="datamodules.features.FeatureClusteringDataModule",
+    datamodule="zoo.datamodules.features.FeatureClusteringDataModule",
     paper=Paper(
         "Clustering via Self-Supervised Diffusion", code="https://github.com/BGU-CS-VIL/CLUDI", arxiv="2507.04283"
     ),
@@ -104,7 +104,7 @@ _CLUDI = _Family(
 )
 _CV_WINRATE = _Family(
     module="zoo.models.cv_winrate.PairwiseRewardModel",
-    datamodule="datamodules.preferences.PreferenceDataModule",
+    datamodule="zoo.datamodules.preferences.PreferenceDataModule",
     paper=Paper(
         "Accelerating Unbiased LLM Evaluation via Synthetic Feedback",
         code="https://github.com/Zanette-Labs/control_variates_evaluation",
@@ -116,7 +116,7 @@ _CV_WINRATE = _Family(
 
 _SEAD = _Family(
     module="zoo.models.sead.SEAD",
-    datamodule="datamodules.streams.StreamDataModule",
+    datamodule="zoo.datamodules.streams.StreamDataModule",
     paper=Paper("SEAD: Unsupervised Ensemble of Streaming Anomaly Detectors"),
     reproduce="zoo.models.sead.reproduce.run",
     tags=("anomaly-detection", "streaming"),
@@ -140,14 +140,14 @@ _EFM_PAPER = Paper(
 )
 _EFM = _Family(
     module="zoo.models.efm.EFM",
-    datamodule="datamodules.pairs.ToyPairDataModule",
+    datamodule="zoo.datamodules.pairs.ToyPairDataModule",
     paper=_EFM_PAPER,
     reproduce="zoo.models.efm.reproduce.run",
     tags=("transport", "generative"),
 )
 _EFM_IMAGES = _Family(
     module="zoo.models.efm.EFM",
-    datamodule="datamodules.pairs.ImagePairDataModule",
+    datamodule="zoo.datamodules.pairs.ImagePairDataModule",
     paper=_EFM_PAPER,
     tags=("transport", "generative", "images"),
 )
@@ -158,7 +158,7 @@ _BACKTRACK_PAPER = Paper(
 )
 _BACKTRACK = _Family(
     module="zoo.models.backtrack_sampling.DyckLM",
-    datamodule="datamodules.grammar.DyckDataModule",
+    datamodule="zoo.datamodules.grammar.DyckDataModule",
     paper=_BACKTRACK_PAPER,
     reproduce="zoo.models.backtrack_sampling.reproduce.run",
     tags=("language-model", "sampling", "verifier"),
@@ -176,35 +176,35 @@ _TSM_PAPER = Paper(
 )
 _TSM = _Family(
     module="zoo.models.tsm.TSMDiffusion",
-    datamodule="datamodules.domains.DomainShiftDataModule",
+    datamodule="zoo.datamodules.domains.DomainShiftDataModule",
     paper=_TSM_PAPER,
     reproduce="zoo.models.tsm.reproduce.run",
     tags=("diffusion", "lora", "domain-adaptation"),
 )
 _SNN_ECL = _Family(
     module="zoo.models.snn_ecl.ECLClassifier",
-    datamodule="datamodules.images.ImageDataModule",
+    datamodule="zoo.datamodules.images.ImageDataModule",
     paper=Paper("Efficient ANN-SNN Conversion with Error Compensation Learning", arxiv="2506.01968"),
     reproduce="zoo.models.snn_ecl.reproduce.run",
     tags=("spiking", "conversion", "classification"),
 )
 _PAP = _Family(
     module="zoo.models.pap.PAPModule",
-    datamodule="datamodules.images.ImageDataModule",
+    datamodule="zoo.datamodules.images.ImageDataModule",
     paper=Paper("Phase and Amplitude-aware Prompting for Enhancing Adversarial Robustness"),
     reproduce="zoo.models.pap.reproduce.run",
     tags=("adversarial-robustness", "prompting", "classification"),
 )
 _PAP_BASE = _Family(
     module="zoo.models.pap.AdversarialClassifier",
-    datamodule="datamodules.images.ImageDataModule",
+    datamodule="zoo.datamodules.images.ImageDataModule",
     paper=_PAP.paper,
     reproduce=_PAP.reproduce,
     tags=("adversarial-robustness", "classification"),
 )
 _RCSC = _Family(
     module="zoo.models.rcsc.RCSCModule",
-    datamodule="datamodules.multiview.MultiViewDataModule",
+    datamodule="zoo.datamodules.multiview.MultiViewDataModule",
     paper=Paper("Robust Consensus Anchor Learning for Efficient Multi-view Subspace Clustering"),
     reproduce="zoo.models.rcsc.reproduce.run",
     tags=("clustering", "multi-view", "anchor-graph"),
@@ -217,20 +217,20 @@ _E2E_PAPER = Paper(
 )
 _E2E = _Family(
     module="zoo.models.e2e_wm.E2EWatermark",
-    datamodule="datamodules.synlang.SynLangDataModule",
+    datamodule="zoo.datamodules.synlang.SynLangDataModule",
     paper=_E2E_PAPER,
     reproduce="zoo.models.e2e_wm.reproduce.run",
     tags=("language-model", "watermark"),
 )
 _E2E_LM = _Family(
     module="zoo.models.e2e_wm.SynLangLM",
-    datamodule="datamodules.synlang.SynLangDataModule",
+    datamodule="zoo.datamodules.synlang.SynLangDataModule",
     paper=_E2E_PAPER,
     tags=("language-model",),
 )
 _RERD = _Family(
     module="zoo.models.reward_refine.MaskedDiffusion",
-    datamodule="datamodules.dna.MarkovDNADataModule",
+    datamodule="zoo.datamodules.dna.MarkovDNADataModule",
     paper=Paper(
         "Reward-Guided Iterative Refinement in Diffusion Models at Test-Time with Applications to Protein and DNA "
         "Design",
@@ -242,7 +242,7 @@ _RERD = _Family(
 )
 _PRODIFF = _Family(
     module="zoo.models.prodiff.ProDiff",
-    datamodule="datamodules.trajectories.TrajectoryDataModule",
+    datamodule="zoo.datamodules.trajectories.TrajectoryDataModule",
     paper=Paper(
         "ProDiff: Prototype-Guided Diffusion for Minimal Information Trajectory Imputation",
         code="https://github.com/b010001y/ProDiff",
@@ -254,7 +254,7 @@ _PRODIFF = _Family(
 
 _ZILOT = _Family(
     module="zoo.models.zilot.Zilot",
-    datamodule="datamodules.offline_goals.OfflineGoalDataModule",
+    datamodule="zoo.datamodules.offline_goals.OfflineGoalDataModule",
     paper=Paper(
         "Zero-Shot Offline Imitation Learning via Optimal Transport",
         code="https://github.com/martius-lab/zilot",
@@ -266,7 +266,7 @@ _ZILOT = _Family(
 
 _PAN_SR = _Family(
     module="zoo.models.pan_sr.PanSR",
-    datamodule="datamodules.symbolic.SymbolicDataModule",
+    datamodule="zoo.datamodules.symbolic.SymbolicDataModule",
     paper=Paper(
         "Ab Initio Nonparametric Variable Selection for Scalable Symbolic Regression with Large p",
         code="https://github.com/mattsheng/Scalable_SR",
@@ -278,7 +278,7 @@ _PAN_SR = _Family(
 
 _TCP_DIFFUSION = _Family(
     module="zoo.models.tcp_diffusion.TCPDiffusion",
-    datamodule="datamodules.cyclone.CycloneDataModule",
+    datamodule="zoo.datamodules.cyclone.CycloneDataModule",
     paper=Paper(
         "TCP-Diffusion: A Multi-modal Diffusion Model for Global Tropical Cyclone Precipitation Forecasting with "
         "Change Awareness",
@@ -291,7 +291,7 @@ _TCP_DIFFUSION = _Family(
 
 _C3 = _Family(
     module="zoo.models.c3.C3Classifier",
-    datamodule="datamodules.multimodal.MultiModalDataModule",
+    datamodule="zoo.datamodules.multimodal.MultiModalDataModule",
     paper=Paper(
         "Towards the Causal Complete Cause of Multi-Modal Representation Learning",
         code="https://github.com/WangJingyao07/Multi-Modal-Base",
@@ -303,7 +303,7 @@ _C3 = _Family(
 
 _SEGMENT_ANYWORD = _Family(
     module="zoo.models.segment_anyword.SegmentAnyword",
-    datamodule="datamodules.shapes.CaptionedShapesDataModule",
+    datamodule="zoo.datamodules.shapes.CaptionedShapesDataModule",
     paper=Paper(
         "Segment Anyword: Mask Prompt Inversion for Open-Set Grounded Segmentation",
         code="https://github.com/ZhihuaLiuEd/Segment-Anyword",
@@ -461,11 +461,20 @@ def list_models(pattern: str | None = None) -> list[str]:
 
 
 def import_object(path: str) -> Any:
-    """Import ``package.module.Name`` and return ``Name``."""
+    """Import ``package.module.Name`` and return ``Name``.
+
+    Class paths written before the parts moved under ``zoo`` (``datamodules.X``, ``callbacks.X``, as older hub entries
+    store them) resolve to ``zoo.datamodules.X`` / ``zoo.callbacks.X`` where the top-level names are not installed.
+    """
     module_name, _, attr = path.rpartition(".")
     try:
         return getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as err:
+        if path.split(".", 1)[0] in ("datamodules", "callbacks"):
+            try:
+                return import_object(f"zoo.{path}")
+            except ImportError:
+                pass
         raise ImportError(f"Cannot import '{path}': {err}") from err
 
 
@@ -473,12 +482,12 @@ def conf_path(name: str) -> Path:
     """The Lightning CLI config that trains entry ``name``.
 
     Raises:
-        FileNotFoundError: the conf is not there (a non-editable install ships no ``conf/``).
+        FileNotFoundError: the conf is not there (a broken install: the wheel ships every conf in ``zoo/conf``).
     """
     path = CONF_DIR / get_entry(name).conf
     if not path.is_file():
         raise FileNotFoundError(
-            f"No config at {path}. The confs live in the source tree's conf/ folder: install the zoo from a clone "
-            "with `pip install -e .`."
+            f"No config at {path}: this install of the zoo lacks its confs (a clone keeps them in conf/, a wheel in "
+            "zoo/conf/); reinstall it, or pass your own conf file with -c."
         )
     return path

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from timing import median_seconds  # tests/benchmarks/timing.py (the script's folder is on sys.path)
 
-from datamodules.multimodal import MultiModalDataModule
+from zoo.datamodules.multimodal import MultiModalDataModule
 from zoo.models.c3 import C3Classifier
 
 

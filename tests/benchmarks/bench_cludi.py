@@ -15,7 +15,7 @@ import argparse
 import torch
 from timing import median_seconds  # tests/benchmarks/timing.py (the script's folder is on sys.path)
 
-from datamodules.features import FeatureClusteringDataModule
+from zoo.datamodules.features import FeatureClusteringDataModule
 from zoo.models.cludi import CLUDIModule
 
 

@@ -20,7 +20,7 @@ from typing import Callable
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from datamodules.pairs import toy_distribution
+from zoo.datamodules.pairs import toy_distribution
 from zoo.models.efm import EFM, FieldTarget, lift
 
 

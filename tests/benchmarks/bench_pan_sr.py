@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from timing import median_seconds  # tests/benchmarks/timing.py (the script's folder is on sys.path)
 
-from datamodules.symbolic import feynman_dataset, split_with_noise
+from zoo.datamodules.symbolic import feynman_dataset, split_with_noise
 from zoo.models.pan_sr import GplearnSR, PanScreen, StochtreeBART
 
 CHAIN = {"num_trees": 20, "burnin": 500, "draws": 500}

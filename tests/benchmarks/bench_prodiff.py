@@ -17,7 +17,7 @@ import torch
 from timing import median_seconds  # tests/benchmarks/timing.py (the script's folder is on sys.path)
 
 import zoo
-from datamodules.trajectories import TrajectoryDataModule
+from zoo.datamodules.trajectories import TrajectoryDataModule
 from zoo.models.prodiff import ProDiff
 
 

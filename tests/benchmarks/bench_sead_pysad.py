@@ -20,7 +20,7 @@ import time
 import numpy as np
 import torch
 
-from datamodules.streams import make_drifting_stream
+from zoo.datamodules.streams import make_drifting_stream
 from zoo.models.sead import SEADEnsemble, build_pool, paper_pool
 
 

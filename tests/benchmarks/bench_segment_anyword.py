@@ -16,7 +16,7 @@ import time
 import torch
 
 import zoo
-from datamodules.shapes import captioned_shapes
+from zoo.datamodules.shapes import captioned_shapes
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ import torch
 from timing import median_seconds  # tests/benchmarks/timing.py (the script's folder is on sys.path)
 
 import zoo
-from datamodules.cyclone import CycloneDataModule
+from zoo.datamodules.cyclone import CycloneDataModule
 
 
 def main() -> None:

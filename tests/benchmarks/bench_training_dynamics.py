@@ -17,9 +17,9 @@ import time
 import torch
 from lightning import Callback, Trainer
 
-from callbacks import TrainingDynamics
-from zoo.models.dual.data import PrunableImageDataModule
+from zoo.callbacks import TrainingDynamics
 from zoo.models.dual import DualClassifier
+from zoo.models.dual.data import PrunableImageDataModule
 
 
 class _EpochTimer(Callback):

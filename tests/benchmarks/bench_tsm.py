@@ -15,7 +15,7 @@ import argparse
 import torch
 from timing import median_seconds  # tests/benchmarks/timing.py (the script's folder is on sys.path)
 
-from datamodules.domains import DomainShiftDataModule
+from zoo.datamodules.domains import DomainShiftDataModule
 from zoo.models.tsm import TSMDiffusion
 
 

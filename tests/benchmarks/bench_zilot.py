@@ -20,10 +20,10 @@ import gymnasium as gym
 import torch
 from timing import median_seconds  # tests/benchmarks/timing.py (the script's folder is on sys.path)
 
-import datamodules.envs  # noqa: F401  (registers zoo/DubinsPoint-v0)
 import zoo
-from datamodules.demos import make_demo
-from datamodules.offline_goals import OfflineGoalDataModule
+import zoo.datamodules.envs  # noqa: F401  (registers zoo/DubinsPoint-v0)
+from zoo.datamodules.demos import make_demo
+from zoo.datamodules.offline_goals import OfflineGoalDataModule
 from zoo.models.zilot import run_episode
 
 

@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 pytest.importorskip("torchattacks")
 
-from callbacks.robust_eval import RobustEvaluation
+from zoo.callbacks.robust_eval import RobustEvaluation
 
 
 class _Linear(LightningModule):
@@ -70,7 +70,7 @@ class _Shifted(nn.Module):
 
 
 def test_adaptive_worst_case_is_no_better_than_the_adaptive_attack_and_attacks_are_seeded() -> None:
-    from callbacks.robust_eval import robust_accuracies
+    from zoo.callbacks.robust_eval import robust_accuracies
 
     model = _Linear()
     x = torch.rand(64, 1, 8, 8, generator=torch.Generator().manual_seed(1))

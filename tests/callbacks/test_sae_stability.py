@@ -6,7 +6,7 @@ from safetensors.torch import save_file
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from callbacks import SAEStability
+from zoo.callbacks import SAEStability
 
 
 class TinySAE(LightningModule):

@@ -9,8 +9,8 @@ from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import CSVLogger
 from torch import Tensor, nn
 
-from callbacks import SNNConversion
-from datamodules.images import ImageDataModule
+from zoo.callbacks import SNNConversion
+from zoo.datamodules.images import ImageDataModule
 from zoo.models.snn_ecl import ECLClassifier, SpikingNetwork, naive_convert
 
 

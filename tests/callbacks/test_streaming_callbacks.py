@@ -14,10 +14,10 @@ from matplotlib.figure import Figure
 from sklearn.metrics import average_precision_score
 from torch import Tensor
 
-from callbacks.images import log_figure
-from callbacks.streaming_ap import StreamingAveragePrecision
-from callbacks.weight_trace import WeightTrace
-from datamodules.streams import StreamDataModule, make_drifting_stream
+from zoo.callbacks.images import log_figure
+from zoo.callbacks.streaming_ap import StreamingAveragePrecision
+from zoo.callbacks.weight_trace import WeightTrace
+from zoo.datamodules.streams import StreamDataModule, make_drifting_stream
 
 N, WARMUP, CHUNK = 1000, 100, 50
 

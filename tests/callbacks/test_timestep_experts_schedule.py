@@ -13,9 +13,9 @@ from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import CSVLogger
 from torch import Tensor
 
-from callbacks.diffusion_samples import DiffusionSamples
-from callbacks.timestep_experts import TimestepExpertsSchedule
-from datamodules.domains import DomainShiftDataModule
+from zoo.callbacks.diffusion_samples import DiffusionSamples
+from zoo.callbacks.timestep_experts import TimestepExpertsSchedule
+from zoo.datamodules.domains import DomainShiftDataModule
 from zoo.models.tsm import TSMDiffusion
 
 T = 1000

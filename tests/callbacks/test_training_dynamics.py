@@ -9,7 +9,7 @@ from lightning import LightningModule, Trainer
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from callbacks import TrainingDynamics
+from zoo.callbacks import TrainingDynamics
 
 
 class _Classifier(LightningModule):
@@ -89,7 +89,7 @@ _DDP_SCRIPT = """
 import sys
 import torch
 from lightning import Trainer
-from callbacks import TrainingDynamics
+from zoo.callbacks import TrainingDynamics
 from zoo.models.dual.data import PrunableImageDataModule
 from zoo.models.dual import DualClassifier
 
@@ -127,8 +127,8 @@ def test_ddp_gathers_every_sample_once_per_epoch(tmp_path) -> None:
     assert saved["target_probs"].shape == (2, 1297) and not np.isnan(saved["target_probs"]).any()
     assert saved["probs"].shape == (2, 1297, 10)
     # Each record sits at its own sample's index, with the value one process computes for that sample.
-    from zoo.models.dual.data import PrunableImageDataModule
     from zoo.models.dual import DualClassifier
+    from zoo.models.dual.data import PrunableImageDataModule
 
     torch.manual_seed(0)
     model = DualClassifier(lr=0.0).eval()

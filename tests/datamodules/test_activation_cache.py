@@ -17,7 +17,7 @@ from timm.models.vision_transformer import VisionTransformer
 from torchvision.datasets import ImageFolder
 from torchvision.transforms import ToTensor
 
-from datamodules.activation_cache import build_activation_cache, read_cache_meta
+from zoo.datamodules.activation_cache import build_activation_cache, read_cache_meta
 
 # timm's own tiny test models (160x160 input) keep the file fast; pretrained=False needs no download.
 VIT = "test_vit"  # 64 wide, 1 class token + 10x10 patches

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from datamodules.activations import ActivationArray, ActivationsDataModule, make_sparse_concepts
+from zoo.datamodules.activations import ActivationArray, ActivationsDataModule, make_sparse_concepts
 
 
 def _rows(dataset: ActivationArray) -> torch.Tensor:

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from datamodules.activations import ActivationsDataModule
-from datamodules.checks import check_finite
-from datamodules.features import FeatureClusteringDataModule
-from datamodules.pairs import ToyPairDataModule
-from datamodules.preferences import PreferenceDataModule
-from datamodules.streams import StreamDataModule
+from zoo.datamodules.activations import ActivationsDataModule
+from zoo.datamodules.checks import check_finite
+from zoo.datamodules.features import FeatureClusteringDataModule
+from zoo.datamodules.pairs import ToyPairDataModule
+from zoo.datamodules.preferences import PreferenceDataModule
+from zoo.datamodules.streams import StreamDataModule
 from zoo.models.dual.pruning import load_record
 
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from datamodules.cyclone import CycloneDataModule, spiral_cyclones
-from datamodules.cyclone_files import FIELD_DIMS
+from zoo.datamodules.cyclone import CycloneDataModule, spiral_cyclones
+from zoo.datamodules.cyclone_files import FIELD_DIMS
 
 
 def _spearman(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -10,7 +10,7 @@ import torch
 from sklearn.datasets import load_digits
 from torch import Tensor
 
-from datamodules.domains import DomainShiftDataModule
+from zoo.datamodules.domains import DomainShiftDataModule
 
 
 def ready(domain: str = "target", **kwargs) -> DomainShiftDataModule:

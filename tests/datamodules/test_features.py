@@ -11,7 +11,7 @@ import pytest
 import torch
 from sklearn.datasets import load_digits
 
-from datamodules.features import FeatureClusteringDataModule
+from zoo.datamodules.features import FeatureClusteringDataModule
 
 
 def write_npy(folder: Path, split: str, x: np.ndarray, y: np.ndarray) -> None:

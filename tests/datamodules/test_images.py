@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from datamodules.images import ImageDataModule
+from zoo.datamodules.images import ImageDataModule
 from zoo.models.dual.data import PrunableImageDataModule
 
 

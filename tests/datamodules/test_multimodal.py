@@ -9,7 +9,7 @@ import pytest
 import torch
 from sklearn.linear_model import LogisticRegression
 
-from datamodules.multimodal import MultiModalDataModule, spurious_modalities, write_features
+from zoo.datamodules.multimodal import MultiModalDataModule, spurious_modalities, write_features
 
 
 def _small(**kwargs) -> MultiModalDataModule:

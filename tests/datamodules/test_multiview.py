@@ -7,7 +7,7 @@ import pytest
 import scipy.io
 import torch
 
-from datamodules.multiview import MultiViewDataModule, load_mat_views
+from zoo.datamodules.multiview import MultiViewDataModule, load_mat_views
 
 
 def _write(path, views, y):

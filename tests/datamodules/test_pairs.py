@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from datamodules.pairs import (
+from zoo.datamodules.pairs import (
     TOY_DISTRIBUTIONS,
     ImagePairDataModule,
     PairDataset,

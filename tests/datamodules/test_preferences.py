@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from datamodules.preferences import PairwisePreferences, PreferenceDataModule, make_tiny_arena
+from zoo.datamodules.preferences import PairwisePreferences, PreferenceDataModule, make_tiny_arena
 
 
 def _agreement(z: torch.Tensor, gap: torch.Tensor) -> float:

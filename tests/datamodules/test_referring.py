@@ -11,7 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
-from datamodules.referring import ReferringSegmentationDataModule, decode_segmentation
+from zoo.datamodules.referring import ReferringSegmentationDataModule, decode_segmentation
 
 mask_api = pytest.importorskip("pycocotools.mask")
 

@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from datamodules.shapes import (
+from zoo.datamodules.shapes import (
     COLOURS,
     MAX_TOKENS,
     PALETTE,

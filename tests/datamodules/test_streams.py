@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from datamodules.streams import StreamDataModule, make_drifting_stream
+from zoo.datamodules.streams import StreamDataModule, make_drifting_stream
 
 
 def _batches(dm: StreamDataModule, loader: str = "test_dataloader") -> list[dict[str, torch.Tensor]]:

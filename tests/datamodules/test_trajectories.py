@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from datamodules.trajectories import (
+from zoo.datamodules.trajectories import (
     MinMaxScaler,
     TrajectoryDataModule,
     latlon_to_km,

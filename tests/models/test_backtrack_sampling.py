@@ -9,9 +9,8 @@ import torch
 from lightning import Trainer
 
 import zoo
-from datamodules.base import TensorBatches
-from datamodules.grammar import DyckDataModule
-from zoo.models.backtrack_sampling.probe_data import error_pairs
+from zoo.datamodules.base import TensorBatches
+from zoo.datamodules.grammar import DyckDataModule
 from zoo.models.backtrack_sampling import (
     BOS,
     EOS,
@@ -27,6 +26,7 @@ from zoo.models.backtrack_sampling import (
     generate,
     rejection_sample,
 )
+from zoo.models.backtrack_sampling.probe_data import error_pairs
 
 _IDS = {"_": 0, "B": 1, "E": 2, "(": 3, ")": 4, "[": 5, "]": 6}
 

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from lightning import Trainer
 from torch import nn
 
-from datamodules.multimodal import MultiModalDataModule, write_features
+from zoo.datamodules.multimodal import MultiModalDataModule, write_features
 from zoo.models.c3 import C3Classifier, C3Regularized, C3Regularizer, counterfactual, counterfactual_risks
 from zoo.module import ZooModule
 

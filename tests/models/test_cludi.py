@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 from torch.optim.swa_utils import AveragedModel
 
-from datamodules.features import FeatureClusteringDataModule
+from zoo.datamodules.features import FeatureClusteringDataModule
 from zoo.models.cludi import (
     AssignmentDenoiser,
     CLUDIModule,

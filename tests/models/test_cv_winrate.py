@@ -98,7 +98,7 @@ def test_reward_model_needs_a_name_for_the_hf_scorer() -> None:
 
 def test_reward_model_fit_raises_held_out_saving_over_its_start() -> None:
     """Check that Bradley–Terry training on the arena (LLM 0 held out) gives ẑ that correlate with human labels."""
-    from datamodules.preferences import PreferenceDataModule
+    from zoo.datamodules.preferences import PreferenceDataModule
 
     torch.manual_seed(0)
     dm = PreferenceDataModule(holdout_llm=0, seed=0)

@@ -9,10 +9,10 @@ import pytest
 import torch
 from lightning import Trainer
 
-from callbacks import TrainingDynamics
-from datamodules.images import random_crop_flip
-from zoo.models.dual.data import PrunableImageDataModule
+from zoo.callbacks import TrainingDynamics
+from zoo.datamodules.images import random_crop_flip
 from zoo.models.dual import DualClassifier
+from zoo.models.dual.data import PrunableImageDataModule
 
 
 def test_scoring_run_stops_at_T_with_the_long_schedule(tmp_path) -> None:

@@ -9,7 +9,7 @@ import lightning as L
 import pytest
 import torch
 
-from datamodules.synlang import BOS, SynLang, SynLangDataModule
+from zoo.datamodules.synlang import BOS, SynLang, SynLangDataModule
 from zoo.models.e2e_wm import (
     E2EWatermark,
     KGWWatermark,

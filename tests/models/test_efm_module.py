@@ -6,7 +6,7 @@ import pytest
 import torch
 from lightning import Trainer
 
-from datamodules.pairs import ToyPairDataModule, toy_distribution
+from zoo.datamodules.pairs import ToyPairDataModule, toy_distribution
 from zoo.metrics import energy_distance
 from zoo.models.efm import EFM, FieldTarget
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from datamodules.pairs import toy_distribution
+from zoo.datamodules.pairs import toy_distribution
 from zoo.models.efm.reproduce import ARMS, CHECKS, CLAIMS, MODES, _score
 
 

@@ -14,8 +14,8 @@ import sympy
 import torch
 from lightning import Trainer
 
-from datamodules.symbolic import FEYNMAN, SymbolicDataModule, feynman_dataset, read_tsv, split_with_noise
 from zoo import hub
+from zoo.datamodules.symbolic import FEYNMAN, SymbolicDataModule, feynman_dataset, read_tsv, split_with_noise
 from zoo.models.pan_sr import PanScreen, PanSR, StochtreeBART, permutation_select, rank_cluster_select, vip
 from zoo.models.pan_sr.bart import sigma_prior
 from zoo.models.pan_sr.screen import gse_constant

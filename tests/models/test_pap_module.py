@@ -13,8 +13,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 pytest.importorskip("torchattacks")
 
-from callbacks.robust_eval import RobustEvaluation
 from zoo.attacks import make_attack
+from zoo.callbacks.robust_eval import RobustEvaluation
 from zoo.models.pap.attacks import PromptedPipeline
 from zoo.models.pap.module import AdversarialClassifier, PAPModule
 

@@ -222,7 +222,7 @@ def test_prototype_lookup_adds_its_prototypes_mean_training_offset():
 
 
 def test_reproduction_scores_and_on_street_rate():
-    from datamodules.street_grid import km_to_latlon
+    from zoo.datamodules.street_grid import km_to_latlon
     from zoo.models.prodiff.reproduce import on_street_rate, scores
 
     # Points on the x = 3 km street, and the same points moved 0.5 km off every street.
@@ -259,7 +259,7 @@ def test_foursquare_style_csv_trains_through_the_conf_and_imputes(tmp_path):
     ``conf/prodiff.yaml`` with k = 8, a few training steps, then imputation with exact endpoints."""
     from datetime import datetime, timedelta, timezone
 
-    from datamodules.street_grid import street_grid_checkins
+    from zoo.datamodules.street_grid import street_grid_checkins
     from zoo.lightning_cli import ZooCLI
     from zoo.registry import conf_path
 

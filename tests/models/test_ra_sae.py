@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy.optimize import linprog
 
-from datamodules.activations import make_sparse_concepts
+from zoo.datamodules.activations import make_sparse_concepts
 from zoo.models.ra_sae import FreeDictionary, RelaxedArchetypalDictionary, SparseAutoencoder, TopKEncoder, sae_loss
 from zoo.models.ra_sae.reproduce import train_arm
 

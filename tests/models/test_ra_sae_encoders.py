@@ -10,8 +10,8 @@ import torch
 from lightning import Trainer
 
 import zoo
-from datamodules.activations import ActivationsDataModule
 from zoo import hub
+from zoo.datamodules.activations import ActivationsDataModule
 from zoo.models.ra_sae import RASAE, BatchTopKEncoder, JumpReLUEncoder
 
 

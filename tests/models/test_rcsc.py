@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from datamodules.multiview import synthetic_views
+from zoo.datamodules.multiview import synthetic_views
 from zoo.models.rcsc import solver as S
 
 

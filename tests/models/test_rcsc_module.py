@@ -8,8 +8,8 @@ import pytest
 import torch
 from lightning import Trainer
 
-from datamodules.multiview import MultiViewDataModule
 from zoo import hub
+from zoo.datamodules.multiview import MultiViewDataModule
 from zoo.models.rcsc.module import RCSCModule
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from datamodules.multiview import synthetic_views
+from zoo.datamodules.multiview import synthetic_views
 from zoo.models.rcsc import solver as S
 from zoo.models.rcsc.reproduce import ARMS, CHECKS, CLAIMS, VARIANTS, _solver_metrics, loglog_slope
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from datamodules.dna import MarkovDNA, MarkovDNADataModule, decode, encode, read_sequences
+from zoo.datamodules.dna import MarkovDNA, MarkovDNADataModule, decode, encode, read_sequences
 from zoo.models.reward_refine import (
     ActivityOracle,
     CountedReward,

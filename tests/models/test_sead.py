@@ -8,7 +8,7 @@ import pytest
 import torch
 from lightning import Trainer
 
-from datamodules.streams import StreamDataModule, make_drifting_stream
+from zoo.datamodules.streams import StreamDataModule, make_drifting_stream
 from zoo.models.sead import SEAD, SEADEnsemble, build_pool, default_pool
 from zoo.models.sead.hedge import Hedge
 from zoo.models.sead.normalize import QuantileNormalizer
@@ -104,7 +104,7 @@ def test_sead_plus_plus_scores_fewer_detectors_and_still_follows_the_drift() -> 
 
 def test_sead_module_tests_a_stream_with_its_callbacks(tmp_path) -> None:
     """Check the Lightning pass: warm-up in fit, test continues the stream and logs APS and the weight trace."""
-    from callbacks import StreamingAveragePrecision, WeightTrace
+    from zoo.callbacks import StreamingAveragePrecision, WeightTrace
 
     dm = StreamDataModule(n=1500, drift_at=750, fit_on="warmup")
     model = SEAD(dim=4)

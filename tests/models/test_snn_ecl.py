@@ -9,7 +9,7 @@ import torch
 from lightning import Trainer
 from torch import Tensor, nn
 
-from datamodules.images import ImageDataModule
+from zoo.datamodules.images import ImageDataModule
 from zoo.models.snn_ecl import (
     ClipQuantActivation,
     DualThresholdIFNeuron,

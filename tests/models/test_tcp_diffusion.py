@@ -154,7 +154,7 @@ def test_ensemble_mean_and_persistence() -> None:
 def test_module_fits_its_target_constants_and_logs_the_card_metrics(tmp_path: Path) -> None:
     from lightning import Trainer
 
-    from datamodules.cyclone import CycloneDataModule
+    from zoo.datamodules.cyclone import CycloneDataModule
 
     dm = CycloneDataModule(n_train=64, n_val=8, n_test=8, batch_size=16)
     model = TCPDiffusion(block_out_channels=[8, 16, 16], members=2, sample_steps=2)

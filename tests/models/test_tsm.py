@@ -12,7 +12,7 @@ from lightning import Trainer
 from torch import Tensor
 
 import zoo
-from datamodules.domains import DomainShiftDataModule
+from zoo.datamodules.domains import DomainShiftDataModule
 from zoo.models.tsm import TSMDiffusion, eval_grid
 from zoo.nn.timestep_experts import _TimestepExperts
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from datamodules.demos import demo_set, make_demo
-from datamodules.envs import DubinsPoint, dubins_step, observe
-from datamodules.offline_goals import GoalBuffer, OfflineGoalDataModule, RelabelledTransitions, collect_offline
+from zoo.datamodules.demos import demo_set, make_demo
+from zoo.datamodules.envs import DubinsPoint, dubins_step, observe
+from zoo.datamodules.offline_goals import GoalBuffer, OfflineGoalDataModule, RelabelledTransitions, collect_offline
 from zoo.metrics.imitation import ImitationMetrics, goal_fraction, longest_increasing, w_min
 from zoo.models.zilot import ICEM, Zilot, ZilotPlanner, check_demo, coloured_noise, run_episode, td_target
 
@@ -407,7 +407,7 @@ def test_a_dict_observation_goal_env_with_2d_actions_trains_through_the_conf_and
 def test_an_unknown_environment_says_what_to_install():
     import gymnasium as gym
 
-    from datamodules.envs import make_env
+    from zoo.datamodules.envs import make_env
 
     with pytest.raises(gym.error.Error, match="gymnasium-robotics"):
         make_env("PointMaze_Nowhere-v9")

@@ -1,6 +1,6 @@
 """Verifier-assisted generation: tokenwise rejection sampling with backtracking (Botta, Li, Mehta et al., ICML 2025)."""
 
-from datamodules.dyck import BOS, EOS, PAD, VOCAB, DyckGrammar, to_text
+from zoo.datamodules.dyck import BOS, EOS, PAD, VOCAB, DyckGrammar, to_text
 from zoo.models.backtrack_sampling.lm import CachedLM, FullSequenceLM, HFCausalLM, TinyCausalLM
 from zoo.models.backtrack_sampling.module import DyckLM
 from zoo.models.backtrack_sampling.probe import VerifierProbe

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
-from datamodules.dyck import VOCAB, DyckGrammar
+from zoo.datamodules.dyck import VOCAB, DyckGrammar
 from zoo.models.backtrack_sampling.lm import CachedLM, TinyCausalLM
 from zoo.models.backtrack_sampling.samplers import Generation, Verifier, block_best_of_n, generate, rejection_sample
 from zoo.module import ZooModule

@@ -11,8 +11,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from datamodules.base import BatchedDataModule, TensorBatches
-from datamodules.grammar import DyckDataModule
+from zoo.datamodules.base import BatchedDataModule, TensorBatches
+from zoo.datamodules.grammar import DyckDataModule
 from zoo.models.backtrack_sampling.lm import CachedLM
 from zoo.models.backtrack_sampling.samplers import generate
 

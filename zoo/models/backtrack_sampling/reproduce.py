@@ -29,12 +29,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from datamodules.grammar import DyckDataModule
-from zoo.models.backtrack_sampling.probe_data import error_pairs
 from zoo.claims import Check, Claim
+from zoo.datamodules.grammar import DyckDataModule
 from zoo.models.backtrack_sampling.lm import CachedLM
 from zoo.models.backtrack_sampling.module import DyckLM
 from zoo.models.backtrack_sampling.probe import VerifierProbe
+from zoo.models.backtrack_sampling.probe_data import error_pairs
 from zoo.models.backtrack_sampling.samplers import Generation, Verifier, block_best_of_n, generate, rejection_sample
 from zoo.reporting import arm_table, conclude, run_arms
 

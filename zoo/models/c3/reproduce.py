@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from datamodules.multimodal import MultiModalDataModule
 from zoo.claims import Check, Claim
+from zoo.datamodules.multimodal import MultiModalDataModule
 from zoo.models.c3.module import C3Classifier
 from zoo.models.c3.regularizer import counterfactual_risks
 from zoo.reporting import arm_table, conclude, run_arms

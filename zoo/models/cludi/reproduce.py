@@ -29,8 +29,8 @@ import torch
 from torch import Tensor
 from torchmetrics.functional.clustering import adjusted_rand_score, cluster_accuracy, normalized_mutual_info_score
 
-from datamodules.features import FeatureClusteringDataModule
 from zoo.claims import Check, Claim
+from zoo.datamodules.features import FeatureClusteringDataModule
 from zoo.models.cludi.module import CLUDIModule
 from zoo.reporting import arm_table, conclude, run_arms
 

@@ -161,7 +161,7 @@ def _b_sizes(quick: bool) -> tuple[int, list[int], range]:
 @lru_cache(maxsize=2)
 def _part_b(seed: int, quick: bool) -> tuple[dict[str, dict[str, float]], dict[str, list[float]]]:
     """Part B metrics of each evaluator on one seed (computed once, shared by the arms), and the mean MSE curves."""
-    from datamodules.preferences import PreferenceDataModule
+    from zoo.datamodules.preferences import PreferenceDataModule
 
     steps = 300
     reps, n_grid, folds = _b_sizes(quick)

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from datamodules.images import ImageDataModule
+from zoo.datamodules.images import ImageDataModule
 from zoo.models.dual.pruning import METHODS, load_record, prune_indices, score_run
 from zoo.models.dual.scores import keep_count
 

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from datamodules.checks import check_finite
+from zoo.datamodules.checks import check_finite
 from zoo.models.dual.module import build_backbone, cosine_schedule
 from zoo.models.dual.scores import (
     beta_select,

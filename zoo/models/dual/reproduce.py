@@ -29,8 +29,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from zoo.models.dual.data import PrunableImageDataModule
 from zoo.claims import Check, Claim
+from zoo.models.dual.data import PrunableImageDataModule
 from zoo.models.dual.module import DualClassifier
 from zoo.models.dual.pruning import sgd_fit
 from zoo.models.dual.scores import (
@@ -66,7 +66,7 @@ def record_dynamics(dm: PrunableImageDataModule, epochs: int, seed: int) -> tupl
     """Fit a ``DualClassifier`` with ``TrainingDynamics(epochs)`` on ``dm``; returns (record, epochs run, seconds)."""
     from lightning import Trainer, seed_everything
 
-    from callbacks.training_dynamics import TrainingDynamics
+    from zoo.callbacks.training_dynamics import TrainingDynamics
 
     seed_everything(seed, verbose=False)
     callback = TrainingDynamics(epochs=epochs, record_probs=True, save_dir=tempfile.mkdtemp())

@@ -19,14 +19,14 @@ __all__ = ["detect", "read_texts", "report"]
 
 def read_texts(path: str | Path) -> list[str]:
     """Texts of a .txt file (one per line) or a .jsonl file (a ``text`` field per row)."""
-    from datamodules.synlang import _read_texts
+    from zoo.datamodules.synlang import _read_texts
 
     return _read_texts(Path(path))
 
 
 def _baseline_ids(texts: list[str], tokenizer: str) -> tuple[torch.Tensor, torch.Tensor, int]:
     if tokenizer == "synlang":
-        from datamodules.synlang import SynLang
+        from zoo.datamodules.synlang import SynLang
 
         lang = SynLang()
         rows, vocab = [lang.from_text(t) for t in texts], lang.vocab_size

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
-from datamodules.synlang import SynLang
+from zoo.datamodules.synlang import SynLang
 from zoo.module import ZooModule
 
 __all__ = ["GRULM", "SynLangLM", "load_generator"]

@@ -9,7 +9,7 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import BinaryAUROC, BinaryROC
 
-from datamodules.synlang import SynLang
+from zoo.datamodules.synlang import SynLang
 from zoo.models.e2e_wm.generation import (
     differentiable_generate,
     online_paraphrase,

@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from datamodules.synlang import SynLangDataModule
 from zoo.claims import Check, Claim
+from zoo.datamodules.synlang import SynLangDataModule
 from zoo.models.e2e_wm.generation import sample
 from zoo.models.e2e_wm.lm import load_generator
 from zoo.models.e2e_wm.metrics import detection_metrics

@@ -35,8 +35,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from datamodules.pairs import toy_distribution
 from zoo.claims import Check, Claim
+from zoo.datamodules.pairs import toy_distribution
 from zoo.metrics import energy_distance
 from zoo.models.efm.field import FieldTarget, lift
 from zoo.models.efm.flow_matching import flow_matching_loss, flow_matching_transport

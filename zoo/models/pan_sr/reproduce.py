@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from datamodules.symbolic import FEYNMAN, feynman_dataset, split_with_noise
 from zoo.claims import Check, Claim
+from zoo.datamodules.symbolic import FEYNMAN, feynman_dataset, split_with_noise
 from zoo.models.pan_sr.screen import PanScreen
 from zoo.models.pan_sr.sr import (
     GplearnSR,

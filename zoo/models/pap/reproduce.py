@@ -31,10 +31,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from callbacks.robust_eval import robust_accuracies
-from datamodules.images import ImageDataModule
 from zoo.attacks import make_attack
+from zoo.callbacks.robust_eval import robust_accuracies
 from zoo.claims import Check, Claim
+from zoo.datamodules.images import ImageDataModule
 from zoo.models.pap.attacks import PromptedPipeline
 from zoo.models.pap.baselines import PixelPrompt, matched_norm_random_prompt
 from zoo.models.pap.module import build_base_net

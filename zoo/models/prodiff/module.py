@@ -304,7 +304,7 @@ class ProDiff(ZooModule):
         self._log_metrics("test")
 
     def _log_map(self, pred: Tensor, raw: Tensor, n: int = 8) -> None:
-        from callbacks.images import log_figure
+        from zoo.callbacks.images import log_figure
         from zoo.models.prodiff.plots import plot_imputations
 
         log_figure(self.trainer, "test/imputations", plot_imputations(pred[:n], raw[:n]))

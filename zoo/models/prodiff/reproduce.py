@@ -29,9 +29,9 @@ import torch
 from lightning.pytorch import Callback
 from torch import Tensor
 
-from datamodules.street_grid import latlon_to_km
-from datamodules.trajectories import TrajectoryDataModule
 from zoo.claims import Check, Claim
+from zoo.datamodules.street_grid import latlon_to_km
+from zoo.datamodules.trajectories import TrajectoryDataModule
 from zoo.metrics.trajectory import TrajectoryCoverage, TrajectoryError, trajectory_correlation
 from zoo.models.prodiff.baselines import PrototypeLookup, linear_interpolation
 from zoo.models.prodiff.module import ProDiff
@@ -341,7 +341,7 @@ def _plot(r: dict[str, Any], path: Path, examples: dict[str, Tensor]) -> None:
 
 def _zoom_on_streets(ax: Any, window: Tensor, pad_km: float = 0.6) -> None:
     """Frame the panel on the true window (a diverging imputation leaves it) and draw the city's streets."""
-    from datamodules.street_grid import CITY_CENTER, km_to_latlon
+    from zoo.datamodules.street_grid import CITY_CENTER, km_to_latlon
 
     x, y = latlon_to_km(window[1].numpy(), window[2].numpy())
     (x0, x1), (y0, y1) = (x.min() - pad_km, x.max() + pad_km), (y.min() - pad_km, y.max() + pad_km)

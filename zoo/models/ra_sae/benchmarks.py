@@ -110,7 +110,7 @@ def digits_backbone_activations(seed: int = 0, epochs: int = 30) -> dict[str, Te
     """
     from torch import nn
 
-    from datamodules.images import ImageDataModule
+    from zoo.datamodules.images import ImageDataModule
 
     dm = ImageDataModule(dataset="digits", seed=0)
     dm.setup("fit")

@@ -303,7 +303,7 @@ def run(quick: bool = False, out: Path | str | None = None, seeds: int | None = 
 
 
 def _run(quick: bool, out: Path | str | None, seeds: int | None) -> dict[str, Any]:
-    from datamodules.activations import make_sparse_concepts
+    from zoo.datamodules.activations import make_sparse_concepts
 
     steps = 1500 if quick else 3000
     n_seeds = seeds or (2 if quick else 3)

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 from torchmetrics.functional.clustering import adjusted_rand_score, cluster_accuracy, normalized_mutual_info_score
 
-from datamodules.multiview import synthetic_views
+from zoo.datamodules.multiview import synthetic_views
 from zoo.models.rcsc import solver as S
 
 __all__ = ["dense_spectral_labels", "fit_seconds", "loglog_slope"]

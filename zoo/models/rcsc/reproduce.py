@@ -45,8 +45,8 @@ import torch
 from torch import Tensor
 from torchmetrics.functional.clustering import adjusted_rand_score, cluster_accuracy, normalized_mutual_info_score
 
-from datamodules.multiview import synthetic_views
 from zoo.claims import Check, Claim
+from zoo.datamodules.multiview import synthetic_views
 from zoo.models.rcsc import solver as S
 from zoo.models.rcsc.evaluation import (
     _concat,

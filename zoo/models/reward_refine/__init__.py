@@ -1,6 +1,6 @@
 """Reward-guided iterative refinement in masked diffusion at test time (RERD; Uehara, Su et al., ICML 2025)."""
 
-from datamodules.dna import ALPHABET, MarkovDNA, decode, encode, read_sequences
+from zoo.datamodules.dna import ALPHABET, MarkovDNA, decode, encode, read_sequences
 from zoo.models.reward_refine.denoiser import MaskedDenoiser
 from zoo.models.reward_refine.metrics import diversity, population_metrics, pseudo_log_likelihood
 from zoo.models.reward_refine.module import MaskedDiffusion

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
-from datamodules.dna import MarkovDNA
+from zoo.datamodules.dna import MarkovDNA
 from zoo.models.reward_refine import samplers
 from zoo.models.reward_refine.denoiser import MaskedDenoiser
 from zoo.models.reward_refine.rewards import MotifReward
@@ -162,7 +162,7 @@ class MaskedDiffusion(ZooModule):
     def _log_naturalness_figure(self, sampled: Tensor) -> None:
         from matplotlib.figure import Figure
 
-        from callbacks.images import log_figure
+        from zoo.callbacks.images import log_figure
 
         length = self.hparams.length
         chain = self.chain.sample(len(sampled), generator=torch.Generator().manual_seed(1))

@@ -37,8 +37,8 @@ from typing import Any
 
 import torch
 
-from datamodules.dna import MarkovDNA
 from zoo.claims import Check, Claim
+from zoo.datamodules.dna import MarkovDNA
 from zoo.models.reward_refine import samplers
 from zoo.models.reward_refine.metrics import population_metrics, pseudo_log_likelihood
 from zoo.models.reward_refine.rewards import MotifReward

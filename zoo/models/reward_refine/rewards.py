@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from datamodules.dna import decode, encode, read_sequences
+from zoo.datamodules.dna import decode, encode, read_sequences
 
 __all__ = ["ActivityOracle", "CountedReward", "MotifReward", "motif_counts"]
 

@@ -116,7 +116,7 @@ class _Experiment:
         self.passes: dict[str, dict[str, Any]] = {}
 
     def stream(self, seed: int) -> tuple[Tensor, Tensor]:
-        from datamodules.streams import make_drifting_stream
+        from zoo.datamodules.streams import make_drifting_stream
 
         if seed != self.seed:
             self.seed, self.passes = seed, {}

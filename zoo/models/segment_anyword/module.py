@@ -8,7 +8,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from datamodules.shapes import VOCAB, ShapeTokenizer
+from zoo.datamodules.shapes import VOCAB, ShapeTokenizer
 from zoo.metrics.grounding import GroundingIoU
 from zoo.models.segment_anyword.parser import get_parser
 from zoo.models.segment_anyword.pipeline import SegmentAnywordPipeline

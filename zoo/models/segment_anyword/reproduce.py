@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from datamodules.shapes import captioned_shapes
 from zoo.claims import Check, Claim
+from zoo.datamodules.shapes import captioned_shapes
 from zoo.metrics.grounding import GroundingIoU
 from zoo.reporting import arm_table, conclude, run_arms
 

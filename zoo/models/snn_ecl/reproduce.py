@@ -27,8 +27,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from datamodules.images import ImageDataModule
 from zoo.claims import Check, Claim
+from zoo.datamodules.images import ImageDataModule
 from zoo.models.snn_ecl.module import ECLClassifier
 from zoo.reporting import arm_table, conclude, run_arms
 

@@ -171,7 +171,7 @@ class TCPDiffusion(ZooModule):
         self._log_epoch("val")
         panel = self._panel
         if panel is not None:
-            from callbacks.images import log_figure
+            from zoo.callbacks.images import log_figure
             from zoo.models.tcp_diffusion.panels import forecast_panels
 
             log_figure(self.trainer, "forecasts", forecast_panels(*panel, title=f"step {self.global_step}"))

@@ -29,8 +29,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from datamodules.cyclone import CycloneDataModule
 from zoo.claims import Check, Claim
+from zoo.datamodules.cyclone import CycloneDataModule
 from zoo.metrics.precipitation import LeadTimeMAE, PrecipVerification, crps_ensemble
 from zoo.models.tcp_diffusion.forecaster import TCPForecaster, ensemble_mean, persistence
 from zoo.reporting import arm_table, conclude, run_arms

@@ -31,8 +31,8 @@ from typing import Any
 
 import torch
 
-from datamodules.domains import DomainShiftDataModule
 from zoo.claims import Check, Claim
+from zoo.datamodules.domains import DomainShiftDataModule
 from zoo.models.tsm.module import TSMDiffusion
 from zoo.reporting import arm_table, conclude, run_arms
 
@@ -117,7 +117,7 @@ class _Arms:
 
     def _foster(self, seed: int) -> TSMDiffusion:
         """The seed's fostered experts (stage 1, router still zero), trained on first use and then reloaded."""
-        from callbacks.timestep_experts import TimestepExpertsSchedule
+        from zoo.callbacks.timestep_experts import TimestepExpertsSchedule
 
         model = self._fresh(seed, "tsm", scales=SCALES)
         if seed not in self.fostered:
@@ -133,7 +133,7 @@ class _Arms:
     def __call__(self, arm: str, seed: int) -> dict[str, float]:
         from lightning import seed_everything
 
-        from callbacks.timestep_experts import TimestepExpertsSchedule
+        from zoo.callbacks.timestep_experts import TimestepExpertsSchedule
 
         foster_steps = len(SCALES) * self.steps
         gate: dict[str, float] = {}

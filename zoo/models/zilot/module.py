@@ -224,7 +224,7 @@ class Zilot(ZooModule):
     # --- evaluation: imitate the demonstrations -------------------------------------------------------------------
 
     def on_test_epoch_start(self) -> None:
-        from datamodules.envs import make_env
+        from zoo.datamodules.envs import make_env
 
         self._env = make_env(self.hparams.env, max_episode_steps=10_000)
         self._generator = torch.Generator().manual_seed(self.hparams.seed)

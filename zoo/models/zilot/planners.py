@@ -182,7 +182,7 @@ class MpcCls(_Classifier):
 def run_episode(env: Any, planner: Planner, demo: dict[str, Any], steps: int | None = None) -> Tensor:
     """Roll ``planner`` out on ``demo`` (``goals``, optional ``start`` state and ``budget``): the achieved goals
     ``[steps + 1, goal_dim]`` from the reset on."""
-    from datamodules.offline_goals import split_obs
+    from zoo.datamodules.offline_goals import split_obs
 
     options = {"state": np.asarray(demo["start"], dtype=np.float64)} if demo.get("start") is not None else None
     obs, info = env.reset(options=options)

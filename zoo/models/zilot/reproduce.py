@@ -65,7 +65,7 @@ class _Arms:
         if self._seed != seed:
             from lightning import Trainer, seed_everything
 
-            from datamodules.offline_goals import OfflineGoalDataModule
+            from zoo.datamodules.offline_goals import OfflineGoalDataModule
             from zoo.models.zilot.module import Zilot
 
             seed_everything(seed, verbose=False)
@@ -90,7 +90,7 @@ class _Arms:
         return model.eval()
 
     def _rollouts(self, model: Any, name: str, seed: int, demos: list[dict[str, Any]], **kw: Any) -> dict[str, Any]:
-        from datamodules.envs import make_env
+        from zoo.datamodules.envs import make_env
         from zoo.metrics.imitation import goal_fraction, w_min
         from zoo.models.zilot.planners import run_episode
 
@@ -113,14 +113,14 @@ class _Arms:
 
     def _theta(self, model: Any, name: str, seed: int) -> float:
         """The classifier threshold with the best W_min on the held-out demonstration."""
-        from datamodules.demos import demo_set
+        from zoo.datamodules.demos import demo_set
 
         held_out = demo_set("heldout")
         scores = {t: self._rollouts(model, name, seed, held_out, theta=t)["w_min"] for t in THETAS}
         return min(scores, key=scores.get)
 
     def __call__(self, arm: str, seed: int) -> dict[str, float]:
-        from datamodules.demos import demo_set
+        from zoo.datamodules.demos import demo_set
 
         demos = demo_set(self.demos)
         model = self._trained(seed)
@@ -275,7 +275,7 @@ def _plot(r: dict[str, Any], path: Path, fn: _Arms, demos: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from datamodules.demos import demo_set
+    from zoo.datamodules.demos import demo_set
 
     shown = [a for a in ARMS if a in fn.examples]
     items = demo_set(demos)
