@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import Iterator
 
@@ -27,3 +28,21 @@ def _shell_argv(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Run LightningCLI as from a shell: it warns when pytest's own argv sits beside the args it is given."""
     monkeypatch.setattr(sys, "argv", ["zoo"])
     yield
+
+
+# The contract tests that run a whole notebook, a quick reproduction, a card's test or a few training steps take
+# seconds to minutes each; the rest take milliseconds. pytest-xdist hands tests out in collection order, so when the
+# long ones are collected last (tests/test_contract.py sorts late) they end up queued on whichever worker is free last
+# and the other worker idles for the final ~25 minutes. Collecting them first spreads them over the workers.
+_LONG = {"test_notebook_executes", "test_reproduce_quick_runs_and_its_claims_hold",
+         "test_entry_loads_offline_and_remeasures_card_metrics", "test_entry_conf_fits_a_few_steps",
+         "test_installed_wheel_runs_outside_the_clone"}  # fmt: skip
+
+
+def _long(item: pytest.Item) -> bool:
+    name = getattr(item, "originalname", item.name)
+    return name in _LONG or re.search(r"(^|_)ddp(_|$)", name) is not None  # DDP tests spawn processes (not "ddpm")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: not _long(item))  # stable: the long ones first, each group in collection order
