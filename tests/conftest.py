@@ -31,9 +31,9 @@ def _shell_argv(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 # The contract tests that run a whole notebook, a quick reproduction, a card's test or a few training steps take
-# seconds to minutes each; the rest take milliseconds. pytest-xdist hands tests out in collection order, so when the
-# long ones are collected last (tests/test_contract.py sorts late) they end up queued on whichever worker is free last
-# and the other worker idles for the final ~25 minutes. Collecting them first spreads them over the workers.
+# seconds to minutes each; the rest take milliseconds. Collected last (tests/test_contract.py sorts late), they ended
+# up queued on one worker while the other idled for the final ~25 minutes. Collected first, and with setup.cfg's
+# --dist worksteal, the workers share them and the short tests fill in at the end.
 _LONG = {"test_notebook_executes", "test_reproduce_quick_runs_and_its_claims_hold",
          "test_entry_loads_offline_and_remeasures_card_metrics", "test_entry_conf_fits_a_few_steps",
          "test_installed_wheel_runs_outside_the_clone"}  # fmt: skip
