@@ -13,11 +13,13 @@ from zoo.models.sead.detectors import (
     DETECTORS,
     LODA,
     RandomScorer,
+    RSHash,
     WindowKNN,
     build_detector,
     build_pool,
     default_pool,
     paper_pool,
+    score_learn_many,
 )
 
 DIM = 4
@@ -103,6 +105,55 @@ def test_chunked_scores_equal_point_by_point_scores(config: dict) -> None:
     assert torch.equal(torch.cat(chunks), expected)
     for (key, u), v in zip(a.state_dict().items(), b.state_dict().values()):
         assert torch.equal(u.nan_to_num(-7.0), v.nan_to_num(-7.0)), key
+
+
+def test_stacked_families_equal_each_setting_run_alone() -> None:
+    """Check that score_learn_many (each family's settings in one stack) equals every detector run on its own.
+
+    paper_pool stacks four LODA (bins 10-30), four RS-Hash (windows 128-512, 2-6 hashes) and four HST settings; the
+    drifting stream makes the LODA histograms extend inside chunks, and chunks longer than RS-Hash's windows take
+    departures from the chunk itself. Scores and final states must match bit for bit.
+    """
+    X = _stream(1500, seed=6)
+    X[800:] = X[800:] * 4 + 2
+    stacked, alone = build_pool(paper_pool(DIM), DIM, seed=3), build_pool(paper_pool(DIM), DIM, seed=3)
+    got = torch.cat([score_learn_many(stacked, X[i : i + n]) for i, n in ((0, 700), (700, 1), (701, 799))])
+    expected = torch.stack([det.score_learn_chunk(X) for det in alone], 1)
+    assert torch.equal(got, expected)
+    assert all(torch.equal(a, b) for a, b in zip(stacked.state_dict().values(), alone.state_dict().values()))
+
+
+def test_score_learn_many_refuses_a_bad_chunk_or_mixed_widths() -> None:
+    """Check that a NaN row or a width mismatch is refused before any detector of the pool changes."""
+    pool = build_pool(paper_pool(DIM), DIM)
+    before = {k: v.clone() for k, v in pool.state_dict().items()}
+    X = _stream(20)
+    X[5, 0] = float("inf")
+    with pytest.raises(ValueError, match=r"row 5"):
+        score_learn_many(pool, X)
+    with pytest.raises(ValueError, match="one width"):
+        score_learn_many([RSHash(DIM), RSHash(DIM + 1)], _stream(3))
+    assert all(torch.equal(before[k].nan_to_num(-7.0), v.nan_to_num(-7.0)) for k, v in pool.state_dict().items())
+
+
+def test_rshash_slots_equal_the_plain_int64_hash_for_small_and_large_tables() -> None:
+    """Check the modular hash (cell mod T times A mod T, int32 where it fits) against (Σ cell·A + B) mod T in int64."""
+    for table_size in (1024, 2**16):  # 4 · 2**32 > 2**31: the int64 branch
+        det = RSHash(DIM, seed=2, num_components=30, sample_size=64, hashes=3, table_size=table_size)
+        X = _stream(200, seed=8) * 50  # far cells, some clamped at ±2**20
+        X[0] = 1e9
+        slots, *_ = det._slots(X)
+        n = torch.arange(len(X)).unsqueeze(1).double()
+        Xd = X.double()
+        s1, s2 = (Xd - Xd[0]).cumsum(0), ((Xd - Xd[0]) ** 2).cumsum(0)
+        s1, s2 = torch.cat([torch.zeros(1, DIM), s1[:-1]]).double(), torch.cat([torch.zeros(1, DIM), s2[:-1]]).double()
+        mean = s1 / n.clamp_min(1)
+        std = ((s2 - s1 * mean) / (n - 1).clamp_min(1)).clamp_min(0).sqrt()
+        std = torch.where(n >= 2, std.clamp_min(1e-6), torch.ones_like(std))
+        u = torch.where(n > 0, Xd - Xd[0] - mean, Xd) / (4.0 * std) + 0.5
+        cell = ((u.unsqueeze(1) + det.alpha) / det.f).floor().clamp(-(2**20), 2**20).long() * det.mask
+        h = torch.remainder((cell.unsqueeze(1) * det.A).sum(-1) + det.B, table_size)
+        assert torch.equal(slots, (h + det.offset).flatten(1))
 
 
 def test_chunk_with_a_bad_row_is_refused_before_any_state_changes() -> None:
@@ -224,8 +275,7 @@ def test_pool_throughput(pool_fn: Callable[[int], list[dict]], capsys: pytest.Ca
     try:
         start = time.perf_counter()
         with torch.no_grad():
-            for det in pool:
-                det.score_learn_chunk(X)
+            score_learn_many(pool, X)
         rate = len(X) / (time.perf_counter() - start)
     finally:
         torch.set_num_threads(threads)

@@ -22,7 +22,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from zoo.models.sead.detectors import build_pool
+from zoo.models.sead.detectors import build_pool, score_learn_many
 from zoo.models.sead.hedge import Hedge, SEADPlusPlusSampler
 from zoo.models.sead.normalize import QuantileNormalizer
 
@@ -165,7 +165,7 @@ class SEADEnsemble(nn.Module):
     @torch.no_grad()
     def _forward_chunk(self, x: Tensor) -> dict[str, Tensor]:
         x = x.float()
-        raw = torch.stack([d.score_learn_chunk(x) for d in self.pool], 1).float()  # (B, M)
+        raw = score_learn_many(self.pool, x)  # (B, M), each family's settings stacked
         s_hat = self.normalizer.forward_chunk(raw)
         active = self.t + torch.arange(len(x), device=x.device) >= self.warmup
         before, after = self.hedge.update_many(s_hat, active)

@@ -113,7 +113,7 @@ class QuantileNormalizer(nn.Module):
         self.exact = capacity is None  # exact history: grow the buffers instead of compacting them
         capacity = 1024 if capacity is None else capacity  # the exact history's first allocation
         self.num_detectors, self.mode, self.capacity = num_detectors, mode, capacity
-        self.chunk = 32  # rows per batched run of forward_chunk (its search window grows with it)
+        self.chunk = 128  # rows per batched run of forward_chunk (its (M, e, e) tables grow with it)
         self.q_lo, self.q_hi, self.eps, self.degenerate_tol = q_lo, q_hi, eps, degenerate_tol
         # float64: raw scores of very different scales share no buffer, but a long history must not lose ties
         self.register_buffer("values", torch.full((num_detectors, capacity), math.inf, dtype=torch.float64))
@@ -256,7 +256,7 @@ class QuantileNormalizer(nn.Module):
     def forward_chunk(self, S: Tensor, clip: bool = True) -> Tensor:
         """Normalise an ordered chunk of raw scores ``(B, M)``, each row with the sketch before it, inserting each row.
 
-        The same values as ``B`` calls of :meth:`forward`, in a few batched ops per run of up to 32 rows (a row that
+        The same values as ``B`` calls of :meth:`forward`, in a few batched ops per run of up to 128 rows (a row that
         meets a full sketch goes through :meth:`forward`, which compacts it).
 
         Returns:
@@ -290,8 +290,9 @@ class QuantileNormalizer(nn.Module):
 
         All rows share one stable sort of the sketch ∪ chunk per detector. Row b's quantile at raw rank x is the first
         sorted position whose weight up to it (sketch weights + the rows before b at or below it) exceeds x; the
-        chunk moves ranks by at most b, so that position lies in a window of 2e positions starting where the sketch
-        weight alone first exceeds x − b, and only that window is searched.
+        chunk moves ranks by at most b, so a binary search over the 2e + 1 positions after the one where the sketch
+        weight alone first exceeds x − b finds it, for every row and quantile at once, with each step's earlier-row
+        counts read off one ``(M, e, e + 1)`` table.
         """
         e, (M, C) = len(R), self.values.shape
         dev = R.device
@@ -313,19 +314,26 @@ class QuantileNormalizer(nn.Module):
         n_before = fin.long().cumsum(1) - fin.long()  # (M, e): finite chunk rows before row b
         total = cum[:, -1:] + n_before  # raw scores represented for row b
         count = self.count.unsqueeze(1) + n_before
+        # Row b's weight up to sorted position p: cum[p] plus its earlier rows at positions <= p, read off a table
+        # over the chunk's positions in sorted order: seen[m, b, k] = earlier rows of b among the k lowest.
+        pos_sorted, by_pos = pos.contiguous().sort(1)
+        seen = (by_pos.unsqueeze(1) < b.view(1, e, 1)).long().cumsum(2)
+        seen = torch.cat([seen.new_zeros(M, e, 1), seen], 2)  # (M, e, e + 1)
 
         def value_at(x: Tensor) -> Tensor:  # x: (M, e, Q) raw ranks -> values
-            Q, width = x.shape[2], 2 * e + 1
-            start = torch.searchsorted(cum, (x - b.view(1, e, 1)).flatten(1), right=True).view(M, e, Q)
-            win = (start.unsqueeze(-1) + torch.arange(width, device=dev)).clamp(max=L - 1)  # (M, e, Q, W)
-            flat = win.flatten(1)
-            cum_w = cum.gather(1, flat).view_as(win)
-            ids = chunk_id.gather(1, flat).view_as(win)
-            active = (ids >= 0) & (ids < b.view(1, e, 1, 1))
-            lead = ((pos.view(M, 1, 1, e) < start.unsqueeze(-1)) & earlier.unsqueeze(2)).sum(-1)  # (M, e, Q)
-            total_w = cum_w + lead.unsqueeze(-1) + active.long().cumsum(-1)
-            first = (total_w > x.unsqueeze(-1)).long().argmax(-1)
-            return sorted_v.gather(1, (start + first).clamp(max=L - 1).flatten(1)).view(M, e, Q)
+            # Binary search for the first p whose weight for row b exceeds x. Earlier rows add at most b, so p lies
+            # between where cum alone first exceeds x - b and where it first exceeds x (at most 2e + 1 positions).
+            Q = x.shape[2]
+            lo = torch.searchsorted(cum, (x - b.view(1, e, 1)).flatten(1), right=True).clamp(max=L - 1)
+            hi = torch.searchsorted(cum, x.flatten(1), right=True).clamp(max=L - 1)
+            x = x.flatten(1)
+            for _ in range(int((hi - lo).max()).bit_length() if lo.numel() else 0):
+                mid = (lo + hi) // 2
+                k = torch.searchsorted(pos_sorted, mid, right=True).view(M, e, Q)  # chunk positions <= mid
+                above = cum.gather(1, mid) + seen.gather(2, k).flatten(1) > x
+                hi = torch.where(above, mid, hi)
+                lo = torch.where(above, lo, mid + 1)
+            return sorted_v.gather(1, hi).view(M, e, Q)
 
         qs = torch.tensor([self.q_lo, self.q_hi], dtype=torch.float64, device=dev)
         top = (total - 1).clamp(min=0).unsqueeze(-1)

@@ -98,9 +98,7 @@ class StreamDetector(nn.Module):
 
         Every row is checked before any state changes, so a rejected chunk leaves the detector as it was.
         """
-        X = self._check(X, "score_learn_chunk", rows=True)
-        step = self.max_chunk
-        return torch.cat([self._process(X[i : i + step]) for i in range(0, len(X), step)] or [X.new_zeros(0)])
+        return score_learn_many([self], X)[:, 0]
 
     def forward(self, x: Tensor) -> Tensor:
         """``score_learn`` for one point ``(dim,)``, ``score_learn_chunk`` for a chunk ``(B, dim)``."""
@@ -115,6 +113,45 @@ class StreamDetector(nn.Module):
         ``B <= max_chunk``. Returns ``(B,)`` (unspecified values where ``score=False``).
         """
         raise NotImplementedError
+
+    @classmethod
+    def _process_many(
+        cls, detectors: list[StreamDetector], X: Tensor, score: bool = True, learn: bool = True
+    ) -> Tensor:
+        """``_process`` of several detectors of this class on the same rows, ``(B, len(detectors))``.
+
+        One by one here; a family whose settings can share tensor ops (RS-Hash's count-min tables) overrides it.
+        """
+        return torch.stack([d._process(X, score, learn) for d in detectors], 1)
+
+
+def score_learn_many(detectors: list[StreamDetector] | nn.ModuleList, X: Tensor) -> Tensor:
+    """``score_learn_chunk`` of every detector on the ordered chunk ``X (B, dim)``: scores ``(B, len(detectors))``.
+
+    Detectors of one class run together through ``_process_many``, so a family that stacks its settings (the four
+    RS-Hash settings of ``paper_pool``) pays its per-op cost once, not once per setting. ``X`` is checked before any
+    state changes.
+
+    Example:
+        >>> from zoo.models.sead.detectors import build_pool, paper_pool
+        >>> pool = build_pool(paper_pool(3), dim=3)
+        >>> score_learn_many(pool, torch.randn(300, 3)).shape
+        torch.Size([300, 13])
+    """
+    detectors = list(detectors)
+    X = detectors[0]._check(X, "score_learn_chunk", rows=True)
+    if any(d.dim != detectors[0].dim for d in detectors):
+        raise ValueError(f"score_learn_many expects detectors of one width, got {[d.dim for d in detectors]}.")
+    families: dict[type, list[int]] = {}
+    for i, d in enumerate(detectors):
+        families.setdefault(type(d), []).append(i)
+    out = X.new_zeros(len(X), len(detectors))
+    for cls, members in families.items():
+        group = [detectors[i] for i in members]
+        step = min(d.max_chunk for d in group)
+        for i in range(0, len(X), step):
+            out[i : i + step, members] = cls._process_many(group, X[i : i + step]).to(out.dtype)
+    return out
 
 
 def _ordered(ring: Tensor, n: Tensor) -> Tensor:

@@ -77,20 +77,25 @@ class HalfSpaceTrees(StreamDetector):
         self.register_buffer("latest_mass", torch.zeros(T, 2 ** (depth + 1) - 1))
         self.register_buffer("first", torch.zeros(window, dim))  # the first window, kept to size the trees
         self.register_buffer("n", torch.zeros((), dtype=torch.long))
-        self.register_buffer("level", torch.arange(depth + 1), persistent=False)
+        self.register_buffer("pow2", 2.0 ** torch.arange(depth + 1), persistent=False)  # 2^level of each node
 
     def _paths(self, X: Tensor) -> Tensor:
-        """Node indices visited by each row of ``X (B, d)`` in every tree: ``(B, T, depth + 1)``."""
-        B, T = X.shape[0], self.num_trees
-        idx = torch.zeros(B, T, dtype=torch.long, device=X.device)
-        dims, vals = self.split_dim.expand(B, -1, -1), self.split_val.expand(B, -1, -1)
-        path = [idx]
+        """Nodes visited by each row of ``X (B, d)`` in every tree, ``(B, depth + 1, T)``, as flat indices into
+        ``ref_mass.view(-1)`` (tree t's nodes start at ``t · (2**(depth + 1) - 1)``)."""
+        T, internal = self.num_trees, 2**self.depth - 1
+        tree = torch.arange(T, device=X.device)
+        # node = t · internal + (heap index in tree t), the flat index into split_dim/split_val; a child is
+        # 2 · heap + 1 + right, so node -> 2 · node + (1 - t · internal) + right, updated in place level by level.
+        node = (tree * internal).expand(len(X), T).clone()
+        step = 1 - tree * internal
+        dims, vals = self.split_dim.view(-1), self.split_val.view(-1)
+        path = [node.clone()]
         for _ in range(self.depth):  # a loop over levels; trees and rows are vectorised
-            q = dims.gather(2, idx.unsqueeze(-1)).squeeze(-1)
-            right = X.gather(1, q) > vals.gather(2, idx.unsqueeze(-1)).squeeze(-1)
-            idx = 2 * idx + 1 + right
-            path.append(idx)
-        return torch.stack(path, -1)
+            right = X.gather(1, dims.take(node)) > vals.take(node)
+            node.mul_(2).add_(step).add_(right)
+            path.append(node.clone())
+        # in ref_mass.view(-1), tree t's nodes start at t · 2**(depth + 1) - t: heap index + t · (2**depth)
+        return torch.stack(path, 1).add_(tree * 2**self.depth)
 
     def _build(self) -> None:
         T, d = self.num_trees, self.dim
@@ -114,8 +119,8 @@ class HalfSpaceTrees(StreamDetector):
             node_hi = torch.stack([left_hi, node_hi], 2).flatten(1, 2)
         self.split_dim.copy_(torch.cat(split_dims, 1))
         self.split_val.copy_(torch.cat(split_vals, 1))
-        paths = self._paths(self.first).permute(1, 0, 2).flatten(1)  # (T, window * (depth + 1))
-        self.ref_mass.zero_().scatter_add_(1, paths, torch.ones_like(paths, dtype=self.ref_mass.dtype))
+        paths = self._paths(self.first).flatten()
+        self.ref_mass.zero_().view(-1).index_add_(0, paths, torch.ones_like(paths, dtype=self.ref_mass.dtype))
 
     def _process(self, X: Tensor, score: bool = True, learn: bool = True) -> Tensor:
         if not learn and len(X) > 1:  # later rows may need a window swap first: run, then put the state back
@@ -124,27 +129,35 @@ class HalfSpaceTrees(StreamDetector):
             self.load_state_dict(saved)
             return out
         out = X.new_zeros(len(X))
-        i = 0
+        paths, i = None, 0  # the trees never change once built: every later row's path is found in one pass
         while i < len(X):  # segments end at window boundaries, where the reference profile changes
             n = int(self.n)
-            seg = X[i : i + self.window - n % self.window]
-            path = self._paths(seg) if n >= self.window else None  # (e, T, depth + 1)
+            e = min(self.window - n % self.window, len(X) - i)
+            if n >= self.window and paths is None:
+                paths, p0 = self._paths(X[i:]), i  # (rows, depth + 1, T)
+            path = paths[i - p0 : i - p0 + e] if paths is not None else None
             if score and path is not None:  # before the first window completes there are no trees: score 0
-                mass = self.ref_mass.expand(len(seg), -1, -1).gather(2, path)
-                stop = torch.where(mass <= self.size_limit, self.level, self.depth).amin(2, keepdim=True)
-                out[i : i + len(seg)] = -(mass.gather(2, stop) * torch.pow(2.0, stop)).sum((1, 2))
+                mass = self.ref_mass.view(-1).take(path)  # (e, depth + 1, T)
+                # A node's mass counts the points through it, so masses never grow along a path: the first node
+                # at or below size_limit is the count of nodes above it (the leaf if none).
+                stop = (mass > self.size_limit).sum(1, keepdim=True).clamp(max=self.depth)
+                out[i : i + e] = -(mass.gather(1, stop) * self.pow2.take(stop)).sum((1, 2))
             if not learn:
                 break
             if path is None:
-                self.first[n : n + len(seg)] = seg
+                self.first[n : n + e] = X[i : i + e]
             else:
-                path = path.transpose(0, 1).flatten(1)  # (T, e · (depth + 1))
-                self.latest_mass.scatter_add_(1, path, torch.ones_like(path, dtype=self.latest_mass.dtype))
-            self.n += len(seg)
-            if n + len(seg) == self.window:
+                flat = path.flatten()
+                self.latest_mass.view(-1).index_add_(0, flat, torch.ones_like(flat, dtype=self.latest_mass.dtype))
+            self.n += e
+            if n + e == self.window:
                 self._build()
-            elif n >= self.window and (n + len(seg)) % self.window == 0:  # latest profile becomes the reference
+            elif n >= self.window and (n + e) % self.window == 0:  # latest profile becomes the reference
                 self.ref_mass.copy_(self.latest_mass)
                 self.latest_mass.zero_()
-            i += len(seg)
+            i += e
         return out
+
+    @property
+    def max_chunk(self) -> int:
+        return max(1, min(2048, 2**21 // (self.num_trees * (self.depth + 1))))  # bounds the (B, depth + 1, T) paths

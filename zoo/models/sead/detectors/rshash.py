@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor
 
-from zoo.models.sead.detectors.base import StreamDetector, _generator, _positive_int
+from zoo.models.sead.detectors.base import StreamDetector, _generator, _positive_int, _write_ring
 
 
 class RSHash(StreamDetector):
@@ -22,8 +22,8 @@ class RSHash(StreamDetector):
     leaving the window is decremented exactly, even though the standardisation moved meanwhile.
     Score = -mean over components of log(1 + min over hashes of the count).
 
-    Chunks (at most ``sample_size`` rows): each row's counts are the stored counts plus the chunk's earlier inserts
-    minus its earlier departures, read off one sort of the chunk's (slot, time) events.
+    Chunks: the settings of a pool run together (``_process_many``), their tables side by side in one counter
+    vector that each row moves by one insert and one departure per slot.
 
     Args:
         dim: stream width d.
@@ -83,7 +83,8 @@ class RSHash(StreamDetector):
 
     @property
     def max_chunk(self) -> int:
-        return min(256, self.sample_size)  # departures must come from the ring as it was before the chunk
+        # bounds the (B, hashes, R, d) integer hash tensor of _slots to about 32 MB
+        return max(1, min(1024, 2**22 // (self.hashes * self.num_components * self.dim)))
 
     def _slots(self, X: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Table slots ``(B, hashes · R)`` of each row under the standardisation before it; the sums after the chunk."""
@@ -98,52 +99,79 @@ class RSHash(StreamDetector):
         std = ((s2[:-1] - s1[:-1] * mean) / (cnt - 1).clamp_min(1)).clamp_min(0).sqrt()
         std = torch.where(cnt >= 2, std.clamp_min(1e-6), torch.ones_like(std))
         u = torch.where(cnt > 0, dx - mean, X) / (4.0 * std) + 0.5
-        cell = ((u.unsqueeze(1) + self.alpha) / self.f).floor().clamp(-(2**20), 2**20).long() * self.mask  # (B, R, d)
-        h = torch.remainder((cell.unsqueeze(1) * self.A).sum(-1) + self.B, self.table_size)  # (B, H, R); < 2**52
+        cell = ((u.unsqueeze(1) + self.alpha) / self.f).floor().clamp(-(2**20), 2**20)  # (B, R, d)
+        # (Σ_j cell_j·A_j + B) mod T from cell mod T and A mod T: the same slots, from products below T², which fit
+        # int32 for the usual sizes (half the memory traffic of int64 products up to 2**51)
+        T = self.table_size
+        itype = torch.int32 if self.dim * T * T < 2**31 else torch.long
+        cell = (torch.remainder(cell, T) * self.mask).to(itype)
+        h = (cell.unsqueeze(1) * torch.remainder(self.A, T).to(itype)).sum(-1, dtype=itype)  # (B, H, R)
+        h = torch.remainder(h + torch.remainder(self.B, T).to(itype), T)
         return (h + self.offset).flatten(1), shift, s1[-1], s2[-1]
 
     def _process(self, X: Tensor, score: bool = True, learn: bool = True) -> Tensor:
-        B = len(X)
-        slots, shift, s1, s2 = self._slots(X)
-        step = self.n + torch.arange(B, device=X.device)
-        pos = step % self.sample_size
-        leaving = self.ring[pos]  # (B, K): slots of the points that leave the window as row b is learnt
-        full = step >= self.sample_size  # before the window is full nothing leaves
-        out = X.new_zeros(B)
+        return self._process_many([self], X, score, learn)[:, 0]
+
+    @classmethod
+    def _process_many(
+        cls, detectors: list[StreamDetector], X: Tensor, score: bool = True, learn: bool = True
+    ) -> Tensor:
+        """All settings at once: their tables side by side in one flat counter vector, one window move per row.
+
+        Row b is scored by the counts after the departure of step b (the point that leaves the window as row b is
+        learnt) and before its own insert. Scoring walks the rows with two tensor ops each over every setting's
+        slots (read row b's counters; add row b's inserts and row b + 1's departures): the counts are exact
+        integers and a row's count depends on the inserts and departures of every row before it in the chunk, so
+        the walk is the cheap exact form. Measured on ``paper_pool``'s four settings (950 slots per row, one
+        thread): 19 µs a row, against 104 for one sort of the chunk's (slot, time) events per setting (the
+        vectorised alternative; a flat sort of 950 · 2 · 256 keys alone costs 27 µs a row).
+        """
+        B, dev = len(X), X.device
+        K = sum(det.hashes * det.num_components for det in detectors)
+        sink = sum(det.counts.numel() for det in detectors)  # one extra counter: before the window is full
+        # moves[b] = [slots row b inserts | slots the departure of step b + 1 frees]; first = step 0's departures
+        moves = torch.full((B, 2 * K), sink, dtype=torch.long, device=dev)
+        first = torch.full((K,), sink, dtype=torch.long, device=dev)
+        sums, col, base = [], 0, 0
+        for det in detectors:
+            k, S = det.hashes * det.num_components, det.sample_size
+            s, shift, s1, s2 = det._slots(X)
+            sums.append((s, shift, s1, s2))
+            # The point that leaves as step n + b is learnt: ring slot (n + b) % S while b < S, else chunk row b - S.
+            b_ring = torch.arange(min(B, S), device=dev)
+            leave = torch.cat([det.ring[(det.n + b_ring) % S], s[: max(0, B - S)]])
+            leave = torch.where((det.n + torch.arange(B, device=dev) >= S).unsqueeze(1), leave + base, sink)
+            moves[:, col : col + k] = s + base
+            moves[:-1, K + col : K + col + k] = leave[1:]
+            first[col : col + k] = leave[0]
+            col, base = col + k, base + det.counts.numel()
+        counts = torch.cat([d.counts for d in detectors] + [detectors[0].counts.new_zeros(1)])
+        out = X.new_zeros(B, len(detectors))
         if score:
-            # Events (slot, time, ±1): the departure of step j sorts before the insert of step j, so within a slot's
-            # group of the sorted events, the sum before a row's own insert is the chunk's earlier effect on that
-            # counter. One sort, prefix sums and a group-start cummax; no per-row search.
-            j = torch.arange(B, device=X.device).unsqueeze(1)
-            keys = torch.cat([(slots * (2 * B) + 2 * j + 1).flatten(), (leaving * (2 * B) + 2 * j).flatten()])
-            if len(self.counts) * 2 * B < 2**31:
-                keys = keys.int()  # a 32-bit sort is faster
-            vals = torch.cat(
-                [
-                    torch.ones(slots.numel(), dtype=torch.long, device=X.device),
-                    (-full.long()).repeat_interleave(slots.shape[1]),
-                ]
-            )
-            sorted_keys, order = keys.sort()
-            v = vals.index_select(0, order)
-            before = v.cumsum(0) - v
-            group = sorted_keys // (2 * B)
-            idx = torch.arange(len(v), device=X.device)
-            new = torch.ones_like(group, dtype=torch.bool)
-            new[1:] = group[1:] != group[:-1]
-            start = torch.where(new, idx, torch.zeros_like(idx)).cummax(0).values
-            earlier = torch.empty_like(before).index_copy_(0, order, before - before.index_select(0, start))
-            c = self.counts.index_select(0, slots.flatten()) + earlier[: slots.numel()].to(self.counts.dtype)
-            c = c.view(B, self.hashes, self.num_components).amin(1)
-            out = -torch.log1p(c).mean(-1)
+            seen = torch.empty(B, K, dtype=counts.dtype, device=dev)
+            signs = torch.cat([counts.new_ones(K), counts.new_full((K,), -1.0)])
+            counts.index_add_(0, first, signs[K:])
+            for move, row, c in zip(moves.unbind(0), moves[:, :K].unbind(0), seen.unbind(0)):
+                torch.index_select(counts, 0, row, out=c)
+                counts.index_add_(0, move, signs)
+            col = 0
+            for i, det in enumerate(detectors):
+                k = det.hashes * det.num_components
+                c = seen[:, col : col + k].view(B, det.hashes, det.num_components).amin(1)
+                out[:, i] = -torch.log1p(c).mean(-1)
+                col += k
+        elif learn:
+            departures = torch.cat([first, moves[:-1, K:].flatten()])
+            counts.index_add_(0, departures, counts.new_full((len(departures),), -1.0))
+            counts.index_add_(0, moves[:, :K].flatten(), counts.new_ones(B * K))
         if learn:
-            self.counts.index_add_(
-                0, leaving[full].flatten(), self.counts.new_full((int(full.sum()) * leaving.shape[1],), -1.0)
-            )
-            self.counts.index_add_(0, slots.flatten(), self.counts.new_ones(slots.numel()))
-            self.ring[pos] = slots
-            self.shift.copy_(shift)
-            self.s1.copy_(s1)
-            self.s2.copy_(s2)
-            self.n += B
+            start = 0
+            for det, (s, shift, s1, s2) in zip(detectors, sums):
+                det.counts.copy_(counts[start : start + det.counts.numel()])
+                start += det.counts.numel()
+                _write_ring(det.ring, det.n, s)
+                det.shift.copy_(shift)
+                det.s1.copy_(s1)
+                det.s2.copy_(s2)
+                det.n += B
         return out
