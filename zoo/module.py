@@ -110,6 +110,34 @@ class ZooModule(LightningModule, PyTorchModelHubMixin, library_name="zoo", tags=
         if _RNG_KEY in checkpoint and trainer is not None and trainer.state.fn == "fit":
             _set_rng_states(checkpoint[_RNG_KEY])
 
+    def log_train(self, values: dict[str, Tensor], batch_idx: int, batch_size: int | None = None) -> None:
+        """Log training values as their means since the last logging step, only on the steps Lightning writes to its
+        loggers (every ``trainer.log_every_n_steps``, and the first step of each epoch), shown on the progress bar.
+
+        ``self.log`` reads its value back to the host and costs about 0.4 ms a call on CPU, a third of a small model's
+        step; summing on the device and logging every ``log_every_n_steps`` steps keeps a zoo training step as
+        cheap as the plain PyTorch one (README, Speed).
+
+        Example:
+            >>> class Tiny(ZooModule):
+            ...     def __init__(self) -> None:
+            ...         super().__init__()
+            ...         self.w = nn.Parameter(torch.ones(1))
+            ...     def training_step(self, batch: Tensor, batch_idx: int) -> Tensor:
+            ...         loss = (self.w * batch).pow(2).mean()
+            ...         self.log_train({"train/loss": loss}, batch_idx, batch_size=len(batch))
+            ...         return loss
+        """
+        window = self.__dict__.setdefault("_train_window", {})
+        for key, value in values.items():
+            total, count = window.get(key, (0.0, 0))
+            window[key] = (total + (value.detach() if isinstance(value, Tensor) else value), count + 1)
+        every = self._trainer.log_every_n_steps if self._trainer is not None else 1
+        if (self.global_step + 1) % every == 0 or batch_idx == 0:
+            for key, (total, count) in window.items():
+                self.log(key, total / count, prog_bar=True, batch_size=batch_size)
+            window.clear()
+
     def on_before_backward(self, loss: torch.Tensor) -> None:
         # Checked before backward, so NaN gradients never reach the weights. The loss is read back for the
         # progress bar every step anyway, so this adds no host sync that was not already there.

@@ -1,4 +1,4 @@
-"""Training steps/s of `zoo fit -c conf/ra-sae.yaml` (Lightning) against a plain PyTorch loop, same module and data.
+"""Training steps/s of `zoo fit -c conf/ra-sae.yaml` against bare Lightning and a plain PyTorch loop, same maths.
 
     python tests/benchmarks/bench_fit_speed.py [--repeats 5] [--epochs 10]
 
@@ -6,7 +6,9 @@ Both loops use the conf's DataModule and RASAE (candidates set the same way), Ad
 only the training loop (Lightning: from on_train_start to on_train_end). Validation is disabled, and with it the
 conf's callbacks (stability, checkpoint), which would otherwise save a checkpoint at every epoch end instead of
 after each validation; the conf's CSV logger, its logging cadence and the Rich progress bar are kept.
-Prints the median steps/s of each and their ratio.
+The bare-Lightning arm is a minimal LightningModule around the same SAE and loss (no logging) under a default
+``lightning.Trainer`` (TQDM bar, no logger, no checkpointing, the same gradient clipping): what Lightning itself costs,
+so the zoo's own overhead is the gap between it and ``zoo fit``. Prints the median steps/s of each and their ratios.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import argparse
 import statistics
 import time
 
+import lightning as L
 import torch
 from lightning import Callback
 
@@ -93,6 +96,42 @@ def plain_steps_per_second(
     return steps / (time.perf_counter() - start)
 
 
+class _Bare(L.LightningModule):
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+        return self.model._loss(batch)[0]
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.model.sae.parameters(), lr=self.model.hparams.lr)
+
+
+def bare_lightning_steps_per_second(
+    epochs: int, batch_size: int | None, dim: int | None = None, num_atoms: int | None = None
+) -> float:
+    model_args, data_args = _overrides(batch_size, dim, num_atoms)
+    model = hub.create("ra-sae", **model_args)
+    dm = hub.datamodule("ra-sae", **data_args)
+    dm.setup("fit")
+    model.set_candidates(dm.candidate_points(model.hparams.num_candidates, seed=model.hparams.candidates_seed))
+    timer = _Timer()
+    trainer = L.Trainer(
+        max_epochs=epochs,
+        accelerator="cpu",
+        devices=1,
+        gradient_clip_val=1.0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        callbacks=[timer],
+    )
+    trainer.fit(_Bare(model), train_dataloaders=dm.train_dataloader())
+    return timer.steps / timer.seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
@@ -101,15 +140,20 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=None, help="override the activation width (data and model)")
     parser.add_argument("--num-atoms", type=int, default=None, help="override the number of concepts")
     args = parser.parse_args()
-    lightning, plain = [], []
+    lightning, bare, plain = [], [], []
     for _ in range(args.repeats):
         scale = (args.epochs, args.batch_size, args.dim, args.num_atoms)
         plain.append(plain_steps_per_second(*scale))
+        bare.append(bare_lightning_steps_per_second(*scale))
         lightning.append(lightning_steps_per_second(*scale))
-    pl_med, plain_med = statistics.median(lightning), statistics.median(plain)
-    print(f"plain loop: {[round(v) for v in plain]} steps/s, median {plain_med:.0f}")
-    print(f"zoo fit   : {[round(v) for v in lightning]} steps/s, median {pl_med:.0f}")
-    print(f"ratio zoo fit / plain = {pl_med / plain_med:.2f}")
+    pl_med, bare_med, plain_med = statistics.median(lightning), statistics.median(bare), statistics.median(plain)
+    print(f"plain loop    : {[round(v) for v in plain]} steps/s, median {plain_med:.0f}")
+    print(f"bare Lightning: {[round(v) for v in bare]} steps/s, median {bare_med:.0f}")
+    print(f"zoo fit       : {[round(v) for v in lightning]} steps/s, median {pl_med:.0f}")
+    print(
+        f"zoo fit / plain = {pl_med / plain_med:.2f}, bare Lightning / plain = {bare_med / plain_med:.2f}, "
+        f"zoo fit / bare Lightning = {pl_med / bare_med:.2f}"
+    )
 
 
 if __name__ == "__main__":

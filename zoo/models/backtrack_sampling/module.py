@@ -128,7 +128,7 @@ class DyckLM(ZooModule):
 
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
         loss, _ = self._loss(batch[0])
-        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch[0]))
+        self.log_train({"train/loss": loss}, batch_idx, batch_size=len(batch[0]))
         return loss
 
     def validation_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> None:

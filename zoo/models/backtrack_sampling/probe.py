@@ -77,7 +77,7 @@ class VerifierProbe(ZooModule):
 
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
         loss, _ = self.loss(batch)
-        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch[0]))
+        self.log_train({"train/loss": loss}, batch_idx, batch_size=len(batch[0]))
         return loss
 
     def _evaluate(self, batch: tuple[Tensor, ...], stage: str) -> None:

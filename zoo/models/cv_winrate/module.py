@@ -107,7 +107,7 @@ class PairwiseRewardModel(ZooModule):
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
         loss = bradley_terry_loss(self.reward_gap(batch), batch["z"].float())
-        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["z"]))
+        self.log_train({"train/loss": loss}, batch_idx, batch_size=len(batch["z"]))
         return loss
 
     def _evaluate(self, batch: dict[str, Any], stage: str) -> None:

@@ -88,7 +88,7 @@ class DualClassifier(ImageClassifier):
         x, y = batch[0], batch[1]
         logits = self(x)
         loss = nn.functional.cross_entropy(logits, y)
-        self.log("train/loss", loss, prog_bar=True, batch_size=len(x))
+        self.log_train({"train/loss": loss}, batch_idx, batch_size=len(x))
         return {"loss": loss, "logits": logits.detach()}
 
     def configure_optimizers(self) -> dict[str, Any]:

@@ -97,7 +97,7 @@ class SynLangLM(ZooModule):
 
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
         loss = self._nll(batch[0]).mean()
-        self.log("train/nll", loss, prog_bar=True, batch_size=len(batch[0]))
+        self.log_train({"train/nll": loss}, batch_idx, batch_size=len(batch[0]))
         return loss
 
     def _evaluate(self, batch: tuple[Tensor, ...], stage: str) -> None:

@@ -165,7 +165,7 @@ class EFM(ZooModule):
     # --------------------------------------------------------------------------------------------- Lightning
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         loss = self.loss(*batch)
-        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch[0]))
+        self.log_train({"train/loss": loss}, batch_idx, batch_size=len(batch[0]))
         return loss
 
     def _evaluate(self, batch: tuple[Tensor, Tensor], batch_idx: int, stage: str) -> None:

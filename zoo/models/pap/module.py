@@ -81,7 +81,7 @@ class AdversarialClassifier(ImageClassifier):
             self._pgd = make_attack(self.net, "pgd", hp.eps, hp.alpha, hp.attack_steps, hp.num_classes)
         x_adv = self._pgd(x, y)
         loss = nn.functional.cross_entropy(self.net(x_adv), y)
-        self.log("train/loss", loss, prog_bar=True, batch_size=len(x))
+        self.log_train({"train/loss": loss}, batch_idx, batch_size=len(x))
         return loss
 
     def robustness_models(self) -> dict[str, nn.Module]:

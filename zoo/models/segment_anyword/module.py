@@ -82,7 +82,7 @@ class SegmentAnyword(ZooModule):
     # -- pretraining --------------------------------------------------------------------------------------------------
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         loss = self.model.loss(batch["image"], batch["tokens"])
-        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["image"]))
+        self.log_train({"train/loss": loss}, batch_idx, batch_size=len(batch["image"]))
         return loss
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:

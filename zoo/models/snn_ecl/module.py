@@ -130,7 +130,7 @@ class ECLClassifier(ImageClassifier):
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
         x, y = batch[0], batch[1]
         loss = nn.functional.cross_entropy(self(x), y)  # ZooModule stops on a non-finite loss
-        self.log("train/loss", loss, prog_bar=True, batch_size=len(x))
+        self.log_train({"train/loss": loss}, batch_idx, batch_size=len(x))
         return loss
 
     def make_optimizer(self, epochs: int) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:

@@ -118,7 +118,7 @@ class TCPDiffusion(ZooModule):
     # -- training -----------------------------------------------------------------------------------------------------
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         loss = self.forecaster.loss(batch)
-        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["past_rain"]))
+        self.log_train({"train/loss": loss}, batch_idx, batch_size=len(batch["past_rain"]))
         return loss
 
     def configure_optimizers(self) -> torch.optim.Optimizer:

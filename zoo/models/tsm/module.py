@@ -228,7 +228,7 @@ class TSMDiffusion(ZooModule):
         lo, hi = self.t_range
         t = torch.randint(lo, hi, (len(x0),), device=x0.device)
         loss = self.loss(x0, t, torch.randn_like(x0)).mean()
-        self.log("train/loss", loss, prog_bar=True)
+        self.log_train({"train/loss": loss}, batch_idx)
         return loss
 
     def on_fit_start(self) -> None:
