@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -44,5 +45,34 @@ def _long(item: pytest.Item) -> bool:
     return name in _LONG or re.search(r"(^|_)ddp(_|$)", name) is not None  # DDP tests spawn processes (not "ddpm")
 
 
+# The documentation-site test builds from the notebooks and quick reproductions that the contract tests execute
+# (into the session's `docs_cache`), so it runs last and waits for the ones collected in this session.
+SITE_TEST = "test_site_builds_and_every_page_loads_in_chromium"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: not _long(item))  # stable: the long ones first, each group in collection order
+    # stable: the long ones first, each group in collection order; the site test after everything
+    items.sort(key=lambda item: (getattr(item, "originalname", item.name) == SITE_TEST, not _long(item)))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Record which notebooks and reproductions this session runs (after -k / -m deselection) for the site test."""
+    inputs: dict[str, list[str]] = {"notebooks": [], "reproductions": []}
+    for item in session.items:
+        params, name = getattr(getattr(item, "callspec", None), "params", {}), getattr(item, "originalname", "")
+        if name == "test_notebook_executes":
+            inputs["notebooks"].append(params["notebook"])
+        if name == "test_reproduce_quick_runs_and_its_claims_hold":
+            inputs["reproductions"].append(params["function"])
+    session.config.zoo_docs_inputs = inputs  # type: ignore[attr-defined]  # read by tests/test_docs.py
+
+
+@pytest.fixture(scope="session")
+def docs_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One folder per session, shared by the pytest-xdist workers: executed notebooks under ``notebooks/``, quick
+    reproductions under ``reproduce/<slug>/`` (``zoo.docs``'s cache layout), and ``<name>.failed`` markers."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # workers' basetemps sit in the session's
+    path = root / "docs-cache"
+    path.mkdir(parents=True, exist_ok=True)
+    return path

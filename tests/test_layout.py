@@ -7,6 +7,7 @@ depend on one paper (ARCHITECTURE.md, "Dependencies point one way"). Imports ins
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -56,4 +57,12 @@ def test_the_code_imports_datamodules_and_callbacks_through_zoo() -> None:
     files = [p for folder in ("zoo", "datamodules", "callbacks") for p in (ROOT / folder).rglob("*.py")]
     bad = [f"{p.relative_to(ROOT)}: {name}" for p in files for name in _imports(p)
            if name.split(".")[0] in ("datamodules", "callbacks")]  # fmt: skip
+    assert not bad, bad
+
+
+def test_the_docs_import_datamodules_and_callbacks_through_zoo() -> None:
+    """The README's and the papers' pages' code runs for wheel users too: no top-level datamodules / callbacks."""
+    pattern = re.compile(r"(?:from|import)\s+(?:datamodules|callbacks)\b")
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    bad = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in pages for m in pattern.finditer(p.read_text())]
     assert not bad, bad

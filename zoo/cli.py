@@ -124,6 +124,15 @@ def _cmd_watermark(args: argparse.Namespace) -> None:
                  tokenizer=args.tokenizer, hub=args.hub))  # fmt: skip
 
 
+def _cmd_docs(args: argparse.Namespace) -> None:
+    from zoo.docs import build, serve
+
+    site = build(args.out, cache=args.cache, execute=not args.no_execute)
+    print(f"Built {site}; `zoo docs --serve` (or `python -m http.server -d {site}`) serves it for a browser.")
+    if args.serve:
+        serve(site, port=args.port)
+
+
 def _own_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zoo", description="A PyTorch Lightning model zoo of ICML 2025 papers.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -167,6 +176,13 @@ def _own_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", default="synlang", help="kgw / unigram: 'synlang' or a Hugging Face tokenizer")
     p.add_argument("--hub", default=None, help="hub location to search first (e2e-wm entries)")
     p.set_defaults(func=_cmd_watermark)
+    p = sub.add_parser("docs", help="build the documentation site (executes the notebooks and quick reproductions)")
+    p.add_argument("--out", default="site", help="build folder: the site goes to OUT/site (default: ./site)")
+    p.add_argument("--cache", default=None, help="executed notebooks and quick reproductions to reuse (OUT/cache)")
+    p.add_argument("--no-execute", action="store_true", help="run nothing: pages show only what the cache holds")
+    p.add_argument("--serve", action="store_true", help="then serve the site on http://127.0.0.1:PORT/")
+    p.add_argument("--port", type=int, default=8000)
+    p.set_defaults(func=_cmd_docs)
     for name in _LIGHTNING:
         sub.add_parser(name, help=f"Lightning CLI `{name}` (see `zoo {name} --help`)")
     return parser

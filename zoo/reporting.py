@@ -103,6 +103,23 @@ def arm_table(
     return table
 
 
+def _claim_row(
+    results: Mapping[str, Any], c: Claim, verdicts: tuple[str, str], rejected: tuple[str, str]
+) -> tuple[str, ...]:
+    """A claim's cells: verdict, name, bound, the method's number, each stand-in's (marked), the share of seeds held."""
+    held = results.get(f"{c.prefix}/{c.name}") == 1.0
+    verdict = verdicts[0] if held else verdicts[1]
+    if not c.asserted:
+        verdict = f"reported: {'held' if held else 'did not hold'}"
+    stand_ins = "; ".join(
+        f"{arm} {results[f'values/{c.name}/{arm}']:.4g} {rejected[0 if results[f'rejects/{c.name}/{arm}'] else 1]}"
+        for arm in c.stand_ins
+    )
+    seeds = results.get(f"seeds_held/{c.name}")
+    method = f"{c.method} {results[f'values/{c.name}/{c.method}']:.4g}"
+    return verdict, c.name, describe(c), method, stand_ins, "" if seeds is None else f"{seeds:.0%}"
+
+
 def print_claims(
     console: Any, results: Mapping[str, Any], claims: Sequence[Claim] = (), checks: Sequence[Check] = ()
 ) -> None:
@@ -114,24 +131,7 @@ def print_claims(
         for column in ("", "claim", "bound", "method", "stand-ins (x: rejected)", "seeds held"):
             table.add_column(column)
         for c in claims:
-            verdict = results.get(f"{c.prefix}/{c.name}")
-            mark = "PASS" if verdict == 1.0 else "FAIL"
-            if not c.asserted:
-                mark = f"reported: {'held' if verdict == 1.0 else 'did not hold'}"
-            stand_ins = "; ".join(
-                f"{arm} {results[f'values/{c.name}/{arm}']:.4g} "
-                + ("x" if results[f"rejects/{c.name}/{arm}"] else "PASSES")
-                for arm in c.stand_ins
-            )
-            held = results.get(f"seeds_held/{c.name}")
-            table.add_row(
-                mark,
-                c.name,
-                describe(c),
-                f"{c.method} {results[f'values/{c.name}/{c.method}']:.4g}",
-                stand_ins,
-                "" if held is None else f"{held:.0%}",
-            )
+            table.add_row(*_claim_row(results, c, ("PASS", "FAIL"), ("x", "PASSES")))
         console.print(table)
     if checks:
         table = Table(title="checks (sanity: no stand-in fails these)")
@@ -141,6 +141,37 @@ def print_claims(
             ok = results.get(f"checks/{c.name}") == 1.0
             table.add_row("ok" if ok else "FAIL", c.name, describe(c), f"{results[f'values/{c.name}']:.4g}")
         console.print(table)
+
+
+def claims_markdown(
+    results: Mapping[str, Any], claims: Sequence[Claim] = (), checks: Sequence[Check] = ()
+) -> str:
+    """The claims and checks of :func:`print_claims` as Markdown tables (the documentation site shows them).
+
+    Example:
+        >>> from zoo.claims import Claim, evaluate
+        >>> r = {"m/acc": 0.9, "base/acc": 0.5}
+        >>> c = Claim("acc_above_0.8", lambda r, arm: r[f"{arm}/acc"], at_least=0.8, method="m",
+        ...           stand_ins={"base": "the baseline"})
+        >>> print(claims_markdown({**r, **evaluate(r, [c])}, [c]).splitlines()[2])
+        | holds | `acc_above_0.8` | >= 0.8 | m 0.9 | base 0.5 (rejected) |  |
+    """
+    lines = []
+    if claims:
+        lines += [
+            "| verdict | claim | bound | method | stand-ins | seeds held |",
+            "|---|---|---|---|---|---|",
+        ]
+        for c in claims:
+            verdict, name, *cells = _claim_row(results, c, ("holds", "fails"), ("(rejected)", "(passes too)"))
+            lines.append(f"| {verdict} | `{name}` | " + " | ".join(cells) + " |")
+    if checks:
+        lines += ([""] if lines else []) + ["| check | | bound | value |", "|---|---|---|---|"]
+        for c in checks:
+            ok = results.get(f"checks/{c.name}") == 1.0
+            value = results[f"values/{c.name}"]
+            lines.append(f"| {'ok' if ok else 'fails'} | `{c.name}` | {describe(c)} | {value:.4g} |")
+    return "\n".join(lines) + "\n"
 
 
 def write_results(
@@ -183,6 +214,7 @@ def conclude(
         print_claims(console, results, claims, checks)
     if out is not None:
         folder = write_results(results, out, name, plot)
+        (folder / f"{name}.claims.md").write_text(claims_markdown(results, claims, checks))
         if console is not None:
             console.print(f"Wrote {folder / f'{name}.json'}" + (f" and {folder / f'{name}.png'}" if plot else ""))
     return results

@@ -73,14 +73,20 @@ def lightning_steps_per_second(
     return timer.steps / timer.seconds
 
 
-def plain_steps_per_second(
-    epochs: int, batch_size: int | None, dim: int | None = None, num_atoms: int | None = None
-) -> float:
+def _model_and_data(batch_size: int | None, dim: int | None, num_atoms: int | None) -> tuple:
+    """The conf's RASAE and DataModule (with overrides), candidates set as the CLI's fit sets them."""
     model_args, data_args = _overrides(batch_size, dim, num_atoms)
     model = hub.create("ra-sae", **model_args)
     dm = hub.datamodule("ra-sae", **data_args)
     dm.setup("fit")
     model.set_candidates(dm.candidate_points(model.hparams.num_candidates, seed=model.hparams.candidates_seed))
+    return model, dm
+
+
+def plain_steps_per_second(
+    epochs: int, batch_size: int | None, dim: int | None = None, num_atoms: int | None = None
+) -> float:
+    model, dm = _model_and_data(batch_size, dim, num_atoms)
     sae = model.sae.train()
     opt = torch.optim.Adam(sae.parameters(), lr=model.hparams.lr)
     loader = dm.train_dataloader()
@@ -111,11 +117,7 @@ class _Bare(L.LightningModule):
 def bare_lightning_steps_per_second(
     epochs: int, batch_size: int | None, dim: int | None = None, num_atoms: int | None = None
 ) -> float:
-    model_args, data_args = _overrides(batch_size, dim, num_atoms)
-    model = hub.create("ra-sae", **model_args)
-    dm = hub.datamodule("ra-sae", **data_args)
-    dm.setup("fit")
-    model.set_candidates(dm.candidate_points(model.hparams.num_candidates, seed=model.hparams.candidates_seed))
+    model, dm = _model_and_data(batch_size, dim, num_atoms)
     timer = _Timer()
     trainer = L.Trainer(
         max_epochs=epochs,
