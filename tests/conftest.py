@@ -55,6 +55,36 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: (getattr(item, "originalname", item.name) == SITE_TEST, not _long(item)))
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """Work stealing that hands out the site test only when no test is left to hand out or steal.
+
+    Dealt out with the rest, the site test would sit at the end of one worker's queue, start as soon as that worker
+    ran out, and wait there for the other worker's notebooks, while the waiting worker could not steal any of them.
+    """
+    if config.getoption("dist", None) != "worksteal":
+        return None
+    from xdist.scheduler.worksteal import MIN_PENDING, WorkStealingScheduling
+
+    class SiteTestLast(WorkStealingScheduling):
+        held: list[int] | None = None
+
+        def check_schedule(self) -> None:
+            if self.collection is not None:
+                if self.held is None:
+                    self.held = [i for i in self.pending if SITE_TEST in self.collection[i]]
+                    self.pending[:] = [i for i in self.pending if i not in self.held]
+                if self.held and not self.pending and self.steal_requested_from_node is None:
+                    queues = [len(p) for node, p in self.node2pending.items() if not node.shutting_down]
+                    longest = max(queues, default=0)
+                    if min(longest // 2, max(0, longest - MIN_PENDING)) == 0:  # nothing left to steal
+                        self.pending.extend(self.held)
+                        self.held = []
+            super().check_schedule()
+
+    return SiteTestLast(config, log)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Record which notebooks and reproductions this session runs (after -k / -m deselection) for the site test."""
     inputs: dict[str, list[str]] = {"notebooks": [], "reproductions": []}
