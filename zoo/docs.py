@@ -69,12 +69,6 @@ def papers() -> list[Paper]:
     return [Paper(pkg.replace("_", "-"), pkg, tuple(entries)) for pkg, entries in grouped.items()]
 
 
-def _atomic_dir(dest: Path) -> Path:
-    tmp = dest.parent / f".{dest.name}.{uuid.uuid4().hex}.tmp"
-    tmp.mkdir(parents=True)
-    return tmp
-
-
 def execute_notebook(source: Path, dest: Path, timeout: int = 300) -> Path:
     """Run ``source`` top to bottom on a fresh kernel (working folder: the notebook's) and write it, outputs and
     all, to ``dest`` (via a temporary file and a rename, so a reader never sees half a notebook)."""
@@ -96,15 +90,10 @@ def execute_notebook(source: Path, dest: Path, timeout: int = 300) -> Path:
 def run_quick_reproduction(function: str, dest: Path) -> dict[str, Any]:
     """Run ``function(quick=True, out=...)`` (a ``zoo reproduce`` entry point) and put its JSON, PNG and claims table
     in ``dest``, replacing what was there; returns the results."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _atomic_dir(dest)
-    try:
+    from zoo.hub import staging
+
+    with staging(dest) as tmp:  # a temporary sibling folder, renamed into place on success
         results = import_object(function)(quick=True, out=tmp)
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.replace(tmp, dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return results
 
 
