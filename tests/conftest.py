@@ -106,3 +106,22 @@ def docs_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = root / "docs-cache"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@pytest.fixture
+def reference():
+    """Load a reference fixture: ``reference(slug, name) -> {array name: numpy array}`` from
+    ``tests/fixtures/reference/<slug>/<name>.npz``, arrays the official implementation's core functions produced (its
+    JSON note beside it names repository, commit, function and command; tests/test_evidence.py checks every note)."""
+    import numpy as np
+
+    folder = Path(__file__).resolve().parent / "fixtures" / "reference"
+
+    def load(slug: str, name: str) -> dict:
+        path = folder / slug / f"{name}.npz"
+        if not path.is_file():
+            raise FileNotFoundError(f"No reference fixture {path}: make it with the command in its JSON note.")
+        with np.load(path, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+
+    return load

@@ -108,3 +108,141 @@ def test_conclude_prints_writes_and_returns_the_verdicts(tmp_path: Path, capsys:
     assert "PASS" in printed and "beats_base_by_0.1" in printed and "base 0 x" in printed and "0.900 ± 0.000" in printed
     assert json.loads((tmp_path / "toy.json").read_text())["claims/beats_base_by_0.1"] == 1.0
     assert plotted == [tmp_path / "toy.png"] and out["checks/base_sane"] == 1.0
+
+
+# --- the evidence standard: stand-ins by kind, the task check, headlines --------------------------------------------
+
+
+def _kinded(**kwargs) -> Claim:
+    args = dict(
+        name="saves_at_least_0.1",
+        value=lambda r, a: r[f"{a}/saving"],
+        method="cv",
+        baselines={"human": "human labels only", "ppi": "alpha = 1"},
+        ablations={"rand": "a random control"},
+        alternatives={"strat": "stratified sampling"},
+        at_least=0.1,
+    )
+    return Claim(**{**args, **kwargs})
+
+
+_SAVINGS = {"cv/saving": 0.2, "human/saving": 0.0, "ppi/saving": 0.05, "rand/saving": -0.01, "strat/saving": 0.08}
+
+
+def test_claim_with_kinds_holds_only_when_every_kind_is_rejected() -> None:
+    """Check that each kind's arms are evaluated in the method's place, and one passing alternative sinks the claim."""
+    out = evaluate(_SAVINGS, [_kinded()])
+    assert out["claims/saves_at_least_0.1"] == 1.0
+    assert {k for k in out if k.startswith("rejects/")} == {f"rejects/saves_at_least_0.1/{a}" for a in
+                                                             ("human", "ppi", "rand", "strat")}  # fmt: skip
+    assert out["bounds/saves_at_least_0.1/at_least"] == 0.1
+    passing = evaluate({**_SAVINGS, "strat/saving": 0.3}, [_kinded()])
+    assert passing["claims/saves_at_least_0.1"] == 0.0 and passing["rejects/saves_at_least_0.1/strat"] == 0.0
+
+
+def test_claim_kind_may_be_empty_only_with_a_reason() -> None:
+    """Check that an empty kind needs a one-line reason, that a reason for a kind with arms is refused, and that an
+    arm may not sit in two kinds or kinds mix with unclassified stand-ins."""
+    with pytest.raises(ValueError, match="has no ablations"):
+        _kinded(ablations={})
+    with pytest.raises(ValueError, match="has no ablations"):
+        _kinded(ablations={}, why_none={"ablations": "  "})
+    claim = _kinded(ablations={}, why_none={"ablations": "the estimator has no component to remove"})
+    assert claim.classified and claim.kind_of("strat") == "alternatives"
+    with pytest.raises(ValueError, match="which has arms"):
+        _kinded(why_none={"baselines": "none"})
+    with pytest.raises(ValueError, match="the kinds are"):
+        _kinded(why_none={"baseline": "typo"})
+    with pytest.raises(ValueError, match="in both baselines and alternatives"):
+        _kinded(alternatives={"ppi": "again"})
+    with pytest.raises(ValueError, match="not both"):
+        _kinded(stand_ins={"x": "unclassified"})
+    with pytest.raises(ValueError, match="above at_most"):
+        _kinded(at_least=0.5, at_most=0.1)
+
+
+def test_claim_distance_ranks_stand_ins_by_how_close_they_came() -> None:
+    """Check the distance outside a one- and a two-sided bound, by hand: 0 inside, the gap outside, inf for NaN."""
+    one = _kinded()
+    assert one.distance(0.25) == 0.0 and one.distance(0.04) == pytest.approx(0.06) and one.distance(float("nan")) == float("inf")
+    two = _kinded(at_least=-0.2, at_most=0.2)
+    assert two.distance(0.5) == pytest.approx(0.3) and two.distance(-0.3) == pytest.approx(0.1)
+
+
+def test_task_check_compares_the_method_with_the_best_heuristic() -> None:
+    """Check the task check's margin by hand in both directions, and that a heuristic within the margin fails it."""
+    from zoo.claims import TaskCheck
+
+    up = TaskCheck(lambda r, a: r[f"{a}/acc"], method="m", heuristics={"colour": "", "size": ""}, margin=0.1)
+    out = evaluate({"m/acc": 0.8, "colour/acc": 0.65, "size/acc": 0.3}, checks=[up])
+    assert out["values/task_needs_the_method"] == pytest.approx(0.15) and out["checks/task_needs_the_method"] == 1.0
+    assert out["values/task_needs_the_method/colour"] == 0.65
+    out = evaluate({"m/acc": 0.8, "colour/acc": 0.75, "size/acc": 0.3}, checks=[up])
+    assert out["checks/task_needs_the_method"] == 0.0
+    down = TaskCheck(lambda r, a: r[f"{a}/mse"], method="m", heuristics={"mean": ""}, margin=1.0,
+                     higher_is_better=False, name="task_needs_the_method_B")  # fmt: skip
+    out = evaluate({"m/mse": 2.0, "mean/mse": 3.5}, checks=[down])
+    assert out["values/task_needs_the_method_B"] == pytest.approx(1.5) and out["checks/task_needs_the_method_B"] == 1.0
+    with pytest.raises(ValueError, match="starts with 'task_needs_the_method'"):
+        TaskCheck(up.value, method="m", heuristics={"h": ""}, margin=0.1, name="heuristics_lose")
+    with pytest.raises(ValueError, match="names no heuristic"):
+        TaskCheck(up.value, method="m", heuristics={}, margin=0.1)
+    with pytest.raises(ValueError, match="margin"):
+        TaskCheck(up.value, method="m", heuristics={"h": ""}, margin=-1)
+
+
+def test_headline_verdicts_reproduced_not_reproduced_contradicted() -> None:
+    """Check the three verdicts: every named claim asserted and holding; a reported or failing one; a contradiction."""
+    from zoo.evidence import Headline, headline_verdict, judge
+
+    reverse = Claim("strat_saves_more_than_cv", lambda r, a: r[f"{a}/saving"] - r["cv/saving"], method="strat",
+                    baselines={"cv": "the method"}, why_none={"ablations": "-", "alternatives": "-"}, at_least=0.05,
+                    asserted=False)  # fmt: skip
+    h = Headline("saves", "CV saves labels.", claims=["saves_at_least_0.1"], contradicted_by=["strat_saves_more_than_cv"])
+    claims = [_kinded(), reverse]
+
+    def verdict(r: dict, headline: Headline = h) -> float:
+        return judge({**r, **evaluate(r, claims)}, [headline], claims)[f"headlines/{headline.name}"]
+
+    assert verdict(_SAVINGS) == 1.0
+    assert headline_verdict({**_SAVINGS, **evaluate(_SAVINGS, claims)}, h) == "reproduced"
+    assert verdict({**_SAVINGS, "cv/saving": 0.09}) == 0.0
+    assert verdict({**_SAVINGS, "strat/saving": 0.3}) == -1.0  # the reported reverse claim holds: strat is 0.1 ahead
+    reported = Headline("r", "A claim only reported.", claims=["strat_saves_more_than_cv"])
+    assert verdict({**_SAVINGS, "strat/saving": 0.3}, reported) == 0.0
+    with pytest.raises(ValueError, match="not among the claims"):
+        judge(_SAVINGS, [Headline("x", "typo", claims=["saves"])], claims)
+    with pytest.raises(ValueError, match="names no claim"):
+        Headline("x", "nothing")
+
+
+def test_verdict_table_shows_the_best_stand_in_of_each_kind_and_the_diagnosis() -> None:
+    """Check the verdict table's cells: the closest stand-in per kind with its mark, the reason for an empty kind,
+    'no diagnosis yet' for a headline that does not reproduce without one, and the task check's line."""
+    from zoo.claims import TaskCheck
+    from zoo.evidence import Headline, judge, verdict_markdown
+
+    c = _kinded(ablations={}, why_none={"ablations": "nothing to remove"})
+    task = TaskCheck(lambda r, a: r[f"{a}/saving"], method="cv", heuristics={"human": "the label mean"}, margin=0.1)
+    ok = Headline("saves", "CV saves labels.", claims=[c.name], paper="24.8 %")
+    bad = Headline("bad", "It also does X.", claims=[c.name])
+    r = {**_SAVINGS, "ppi/saving": 0.15}  # ppi passes: the claim fails
+    r.update(evaluate(r, [c], [task]))
+    r.update(judge(r, [ok, bad], [c]))
+    table = verdict_markdown(r, [ok, bad], [c], [task])
+    row = table.splitlines()[2]
+    assert row.startswith("| CV saves labels. (paper: 24.8 %) | not reproduced | `saves_at_least_0.1` >= 0.1 | cv 0.2 |")
+    assert "| ppi 0.15 ! | none: nothing to remove | strat 0.08 x |" in row and "**no diagnosis yet**" in row
+    assert "cv 0.2 against the non-learned heuristics human 0 (margin 0.2, required 0.1)" in table
+
+
+def test_conclude_writes_the_verdict_table_with_headlines(tmp_path: Path) -> None:
+    """Check that conclude writes <name>.verdict.md beside the JSON when given headlines, and not otherwise."""
+    from zoo.evidence import Headline
+
+    h = Headline("saves", "CV saves labels.", claims=["saves_at_least_0.1"])
+    out = conclude("toy", dict(_SAVINGS), [_kinded()], out=tmp_path, console=None, headlines=[h])
+    assert out["headlines/saves"] == 1.0
+    assert "| CV saves labels. | reproduced |" in (tmp_path / "toy.verdict.md").read_text()
+    conclude("plain", dict(_SAVINGS), [_kinded()], out=tmp_path, console=None)
+    assert not (tmp_path / "plain.verdict.md").exists()

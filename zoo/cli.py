@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -102,12 +103,33 @@ def _cmd_reproduce(args: argparse.Namespace) -> None:
     entry = get_entry(args.name)
     if entry.reproduce is None:
         raise SystemExit(f"'{args.name}' has no reproduction.")
-    import_object(entry.reproduce)(quick=args.quick, out=Path(args.out) if args.out else None)
+    function = entry.reproduce
+    if args.diagnose:
+        # A paper's diagnosis of the headlines that do not reproduce: `diagnose` beside `run` in its reproduce module.
+        function = f"{entry.reproduce.rsplit('.', 1)[0]}.diagnose"
+        try:
+            import_object(function)
+        except (AttributeError, ImportError):
+            raise SystemExit(f"'{args.name}' has no diagnosis (no `diagnose` in {entry.reproduce.rsplit('.', 1)[0]}): "
+                             "every headline of its reproduction reproduces, or it is not at the evidence standard yet.")  # fmt: skip
+    out = Path(args.out) if args.out else None
+    start = time.perf_counter()
+    import_object(function)(quick=args.quick, out=out)
+    if out is not None:
+        from zoo.evidence import write_meta
+
+        slug = entry.module.split(".")[2].replace("_", "-")
+        command = " ".join(["zoo reproduce", args.name] + ["--quick"] * args.quick + ["--diagnose"] * args.diagnose)
+        write_meta(out, f"{slug}.diagnose" if args.diagnose else slug, command=command, quick=args.quick,
+                   seconds=time.perf_counter() - start)  # fmt: skip
 
 
 def _cmd_publish(args: argparse.Namespace) -> None:
-    from zoo.publish import publish
+    from zoo.publish import publish, refresh_verdict
 
+    if args.verdict_only:
+        print(f"Refreshed the verdict of {refresh_verdict(args.name, dest=args.dest)}")
+        return
     publish(args.name, dest=Path(args.dest) if args.dest else None, max_epochs=args.max_epochs)
 
 
@@ -149,13 +171,18 @@ def _own_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("reproduce", help="run the paper's small-scale claim against its baseline")
     p.add_argument("name")
     p.add_argument("--quick", action="store_true", help="about a minute instead of the full run")
-    p.add_argument("--out", default=None, help="folder for the JSON results and the PNG plot")
+    p.add_argument("--out", default=None, help="folder for the JSON results, the PNG plot, the claims and verdict "
+                   "tables and how it ran (docs/reproductions/NAME records a paper's full run for its page and cards)")
+    p.add_argument("--diagnose", action="store_true", help="run the diagnosis of the headlines that do not "
+                   "reproduce (a scale sweep) instead of the reproduction")
     p.set_defaults(func=_cmd_reproduce)
     p = sub.add_parser("publish", help="train with conf/NAME.yaml, test, and write the hub entry with its card")
     p.add_argument("name")
     p.add_argument("--dest", default=None, help="entry folder (default in a clone: zoo/pretrained/NAME; an installed "
                    "zoo needs one)")
     p.add_argument("--max-epochs", type=int, default=None, help="override the conf's trainer.max_epochs")
+    p.add_argument("--verdict-only", action="store_true", help="only rewrite the card's verdict section from the "
+                   "recorded full run (docs/reproductions), keeping the weights and the rest of the card")
     p.set_defaults(func=_cmd_publish)
     p = sub.add_parser("winrate", help="unbiased win rate from human labels (some missing) + synthetic scores")
     p.add_argument(

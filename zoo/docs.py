@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,8 +93,13 @@ def run_quick_reproduction(function: str, dest: Path) -> dict[str, Any]:
     in ``dest``, replacing what was there; returns the results."""
     from zoo.hub import staging
 
+    from zoo.evidence import write_meta
+
+    slug = function.split(".")[2].replace("_", "-")
     with staging(dest) as tmp:  # a temporary sibling folder, renamed into place on success
+        start = time.perf_counter()
         results = import_object(function)(quick=True, out=tmp)
+        write_meta(tmp, slug, command=f"zoo reproduce {slug} --quick", quick=True, seconds=time.perf_counter() - start)
     return results
 
 
@@ -110,6 +116,24 @@ def _demote(markdown: str, levels: int) -> str:
     return "\n".join(out)
 
 
+def _verdict_section(paper: Paper) -> list[str]:
+    """The page's opening section: the verdict table of the recorded full run, or the pending note."""
+    from zoo.evidence import PENDING, RECORDS, recorded_verdict
+
+    verdict = recorded_verdict(paper.slug)
+    if verdict == PENDING:
+        return ['!!! warning "Evidence standard: pending"', "", f"    {PENDING}", ""]
+    lines = ["## Verdict at this scale", ""]
+    if verdict is None:
+        return lines + [f"No full run is recorded: run `zoo reproduce {paper.slug} --out docs/reproductions/"
+                        f"{paper.slug}`.", ""]  # fmt: skip
+    lines += [verdict.strip(), ""]
+    for name, caption in (("", "the full run's figure"), (".diagnose", "the diagnosis: the scale sweep")):
+        if (RECORDS / paper.slug / f"{paper.slug}{name}.png").is_file():
+            lines += [f"![{caption}](full-run{name}.png)", ""]
+    return lines
+
+
 def _paper_page(paper: Paper, reproduction: Path | None, notebook: bool) -> str:
     from zoo.hub import card
 
@@ -119,7 +143,10 @@ def _paper_page(paper: Paper, reproduction: Path | None, notebook: bool) -> str:
         links.append(f"[arXiv {first.paper.arxiv}](https://arxiv.org/abs/{first.paper.arxiv})")
     if first.paper.code:
         links.append(f"[official code]({first.paper.code})")
-    lines = [f"# {paper.title}", "", " · ".join(links), "", "| entry | what it is |", "|---|---|"]
+    lines = [f"# {paper.title}", "", " · ".join(links), ""]
+    if paper.reproduce:
+        lines += _verdict_section(paper)
+    lines += ["| entry | what it is |", "|---|---|"]
     lines += [f"| `{e.name}` | {e.summary} |" for e in paper.entries]
     lines += [
         "",
@@ -238,6 +265,8 @@ def build(
     import yaml
     from rich.progress import track
 
+    from zoo.evidence import RECORDS
+
     # griffe reports docstring-style nits ("a / b: ..." argument lists) as warnings, a hundred lines a build
     logging.getLogger("griffe").setLevel(logging.ERROR)
 
@@ -274,6 +303,10 @@ def build(
                     shutil.copy(png, folder / png.name)
             else:
                 reproduction = None
+        for name in ("", ".diagnose"):  # the recorded full run's figures (the verdict section shows them)
+            figure = RECORDS / paper.slug / f"{paper.slug}{name}.png"
+            if figure.is_file():
+                shutil.copy(figure, folder / f"full-run{name}.png")
         executed = notebook(paper.slug)
         (folder / "index.md").write_text(_paper_page(paper, reproduction, executed is not None))
         (folder / "api.md").write_text(f"# API: {paper.slug}\n\n::: zoo.models.{paper.package}\n")

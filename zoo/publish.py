@@ -13,7 +13,7 @@ from typing import Any
 from zoo import hub
 from zoo.registry import conf_path, get_entry
 
-__all__ = ["publish", "library_versions", "render_card"]
+__all__ = ["publish", "library_versions", "refresh_verdict", "render_card", "verdict_block"]
 
 DISTRIBUTION = "icml25-zoo"  # the zoo's name on the index (`zoo` there is an unrelated RPC framework)
 _LIBRARIES = (DISTRIBUTION, "torch", "lightning", "torchmetrics", "safetensors", "huggingface_hub", "numpy",
@@ -66,7 +66,7 @@ tags: [zoo, {", ".join(entry.tags)}]
 {entry.summary}
 
 Paper: *{entry.paper.title}* ({entry.paper.venue}).{arxiv}{code}
-
+{verdict_block(name)}
 ## Use
 
 ```python
@@ -99,6 +99,54 @@ dm = zoo.datamodule("{name}")     # the data it was trained on
 
 {versions}
 """
+
+
+_VERDICT_OPEN, _VERDICT_CLOSE = "<!-- verdict: rendered from docs/reproductions by zoo publish -->", "<!-- /verdict -->"
+
+
+def verdict_block(name: str) -> str:
+    """The card's verdict section for entry ``name``: its paper's recorded full run (or the pending note), delimited
+    so that :func:`refresh_verdict` can replace it; empty for a paper without a reproduction or outside a clone."""
+    from zoo._layout import in_clone
+    from zoo.evidence import recorded_verdict
+
+    slug = get_entry(name).module.split(".")[2].replace("_", "-")
+    verdict = recorded_verdict(slug) if in_clone() else None
+    if verdict is None:
+        return ""
+    return f"\n{_VERDICT_OPEN}\n## Verdict at this scale\n\n{verdict.strip()}\n{_VERDICT_CLOSE}\n"
+
+
+def refresh_verdict(name: str, dest: str | Path | None = None) -> Path:
+    """Rewrite the verdict section of a published card from the recorded full run, without retraining.
+
+    The weights, config and the rest of the card stay as published; the card is written to a temporary file and
+    renamed into place. Returns the card's path.
+
+    Raises:
+        FileNotFoundError: no published card at ``dest`` (default: the bundled entry).
+        ValueError: the card has no verdict section to replace, or there is no recorded verdict to put there.
+    """
+    import os
+    import uuid
+
+    path = (Path(dest) if dest is not None else hub.BUNDLED / name) / hub.CARD
+    if not path.is_file():
+        raise FileNotFoundError(f"No model card at {path}: publish the entry first (zoo publish {name}).")
+    text = path.read_text()
+    block = verdict_block(name)
+    if not block:
+        raise ValueError(f"No recorded verdict for {name!r}: record its paper's full run first (zoo reproduce ... "
+                         "--out docs/reproductions/<slug>).")  # fmt: skip
+    start, end = text.find(_VERDICT_OPEN), text.find(_VERDICT_CLOSE)
+    if start < 0 or end < 0:
+        raise ValueError(f"{path} has no verdict section (published before the evidence standard): re-publish it "
+                         f"(zoo publish {name}).")  # fmt: skip
+    text = text[: start - 1] + block.rstrip("\n") + text[end + len(_VERDICT_CLOSE) :]
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
 
 
 def publish(

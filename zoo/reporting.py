@@ -23,11 +23,14 @@ import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from zoo.claims import Check, Claim, describe, evaluate
+from zoo.claims import KINDS, Check, Claim, TaskCheck, describe, evaluate
 
-__all__ = ["run_arms", "mean_over_seeds", "arm_table", "print_claims", "write_results", "conclude"]
+if TYPE_CHECKING:
+    from zoo.evidence import Headline
+
+__all__ = ["run_arms", "mean_over_seeds", "arm_table", "print_claims", "plot_sweep", "write_results", "conclude"]
 
 
 def mean_over_seeds(results: dict[str, Any], seeds: Sequence[int]) -> dict[str, Any]:
@@ -103,6 +106,24 @@ def arm_table(
     return table
 
 
+def _stand_in_cell(results: Mapping[str, Any], c: Claim, rejected: tuple[str, str]) -> str:
+    """Each stand-in's number, marked rejected or passing, grouped by kind (an empty kind shows its reason)."""
+
+    def arms(mapping: Mapping[str, str]) -> str:
+        return ", ".join(
+            f"{arm} {results[f'values/{c.name}/{arm}']:.4g} {rejected[0 if results[f'rejects/{c.name}/{arm}'] else 1]}"
+            for arm in mapping
+        )
+
+    if not c.classified:
+        return arms(c.stand_ins)
+    parts = []
+    for kind in KINDS:
+        mapping = getattr(c, kind)
+        parts.append(f"{kind}: {arms(mapping)}" if mapping else f"{kind}: none ({c.why_none[kind]})")
+    return "; ".join(parts)
+
+
 def _claim_row(
     results: Mapping[str, Any], c: Claim, verdicts: tuple[str, str], rejected: tuple[str, str]
 ) -> tuple[str, ...]:
@@ -111,24 +132,29 @@ def _claim_row(
     verdict = verdicts[0] if held else verdicts[1]
     if not c.asserted:
         verdict = f"reported: {'held' if held else 'did not hold'}"
-    stand_ins = "; ".join(
-        f"{arm} {results[f'values/{c.name}/{arm}']:.4g} {rejected[0 if results[f'rejects/{c.name}/{arm}'] else 1]}"
-        for arm in c.stand_ins
-    )
     seeds = results.get(f"seeds_held/{c.name}")
     method = f"{c.method} {results[f'values/{c.name}/{c.method}']:.4g}"
+    stand_ins = _stand_in_cell(results, c, rejected)
     return verdict, c.name, describe(c), method, stand_ins, "" if seeds is None else f"{seeds:.0%}"
 
 
+def _check_value(results: Mapping[str, Any], c: Check | TaskCheck) -> str:
+    value = f"{results[f'values/{c.name}']:.4g}"
+    if isinstance(c, TaskCheck):
+        arms = ", ".join(f"{arm} {results[f'values/{c.name}/{arm}']:.4g}" for arm in (c.method, *c.heuristics))
+        value += f" ({arms})"
+    return value
+
+
 def print_claims(
-    console: Any, results: Mapping[str, Any], claims: Sequence[Claim] = (), checks: Sequence[Check] = ()
+    console: Any, results: Mapping[str, Any], claims: Sequence[Claim] = (), checks: Sequence[Check | TaskCheck] = ()
 ) -> None:
     """One table of the claims (the method's number, each stand-in's, the seeds it held on) and one of the checks."""
     from rich.table import Table
 
     if claims:
         table = Table(title="claims: the method meets the bound, every stand-in misses it")
-        for column in ("", "claim", "bound", "method", "stand-ins (x: rejected)", "seeds held"):
+        for column in ("", "claim", "bound", "method", "stand-ins by kind (x: rejected)", "seeds held"):
             table.add_column(column)
         for c in claims:
             table.add_row(*_claim_row(results, c, ("PASS", "FAIL"), ("x", "PASSES")))
@@ -139,12 +165,12 @@ def print_claims(
             table.add_column(column)
         for c in checks:
             ok = results.get(f"checks/{c.name}") == 1.0
-            table.add_row("ok" if ok else "FAIL", c.name, describe(c), f"{results[f'values/{c.name}']:.4g}")
+            table.add_row("ok" if ok else "FAIL", c.name, describe(c), _check_value(results, c))
         console.print(table)
 
 
 def claims_markdown(
-    results: Mapping[str, Any], claims: Sequence[Claim] = (), checks: Sequence[Check] = ()
+    results: Mapping[str, Any], claims: Sequence[Claim] = (), checks: Sequence[Check | TaskCheck] = ()
 ) -> str:
     """The claims and checks of :func:`print_claims` as Markdown tables (the documentation site shows them).
 
@@ -159,7 +185,7 @@ def claims_markdown(
     lines = []
     if claims:
         lines += [
-            "| verdict | claim | bound | method | stand-ins | seeds held |",
+            "| verdict | claim | bound | method | stand-ins by kind | seeds held |",
             "|---|---|---|---|---|---|",
         ]
         for c in claims:
@@ -169,9 +195,53 @@ def claims_markdown(
         lines += ([""] if lines else []) + ["| check | | bound | value |", "|---|---|---|---|"]
         for c in checks:
             ok = results.get(f"checks/{c.name}") == 1.0
-            value = results[f"values/{c.name}"]
-            lines.append(f"| {'ok' if ok else 'fails'} | `{c.name}` | {describe(c)} | {value:.4g} |")
+            lines.append(f"| {'ok' if ok else 'fails'} | `{c.name}` | {describe(c)} | {_check_value(results, c)} |")
     return "\n".join(lines) + "\n"
+
+
+def plot_sweep(
+    results: Mapping[str, Any],
+    sizes: Sequence[str],
+    x: Sequence[float],
+    series: Mapping[str, str],
+    path: Path | str,
+    xlabel: str,
+    ylabel: str,
+    title: str = "",
+    log_x: bool = False,
+    reference: float | None = None,
+) -> None:
+    """A diagnosis sweep's figure: one line per series, its mean over seeds ± one std at each size.
+
+    Args:
+        results: results of a sweep (e.g. :func:`run_arms` with the sizes as arms), with ``/seed<s>`` keys.
+        sizes: the sizes' names, in order; ``x``: their positions on the x axis.
+        series: label -> key template with ``{size}`` (``"{size}/cv/saving"``).
+        path: the PNG to write.
+        reference: a horizontal line (the paper's number, a bound).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for label, template in series.items():
+        keys = [template.format(size=size) for size in sizes]
+        mean = [float(results.get(k, float("nan"))) for k in keys]
+        spread = [_spread(results, k) or 0.0 for k in keys]
+        ax.errorbar(list(x), mean, yerr=spread, marker="o", capsize=3, label=label)
+    if reference is not None:
+        ax.axhline(reference, color="grey", linestyle=":", linewidth=1)
+    if log_x:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def write_results(
@@ -190,18 +260,24 @@ def conclude(
     name: str,
     results: dict[str, Any],
     claims: Sequence[Claim] = (),
-    checks: Sequence[Check] = (),
+    checks: Sequence[Check | TaskCheck] = (),
     out: Path | str | None = None,
     plot: Callable[[Mapping[str, Any], Path], None] | None = None,
     tables: Iterable[Any] = (),
     notes: Iterable[str] = (),
     console: Any | str = "default",
+    headlines: Sequence["Headline"] = (),
 ) -> dict[str, Any]:
-    """Evaluate the claims and checks into ``results``, print the tables, notes and claims, write JSON and PNG.
+    """Evaluate the claims, checks and headlines into ``results``, print the tables, notes, claims and verdicts, and
+    with ``out`` write ``<name>.json``, ``<name>.png``, ``<name>.claims.md`` and (with headlines) ``<name>.verdict.md``.
 
     ``console``: a rich ``Console``, ``"default"`` for a 200-column one, or ``None`` to print nothing.
     """
+    from zoo.evidence import judge, verdict_markdown
+
     results.update(evaluate(results, claims, checks))
+    results.update(judge(results, headlines, claims))
+    verdict = verdict_markdown(results, headlines, claims, checks) if headlines else None
     if console == "default":
         from rich.console import Console
 
@@ -212,9 +288,15 @@ def conclude(
         for note in notes:
             console.print(note)
         print_claims(console, results, claims, checks)
+        if verdict is not None:
+            from rich.markdown import Markdown
+
+            console.print(Markdown("## Verdict at this scale\n\n" + verdict))
     if out is not None:
         folder = write_results(results, out, name, plot)
         (folder / f"{name}.claims.md").write_text(claims_markdown(results, claims, checks))
+        if verdict is not None:
+            (folder / f"{name}.verdict.md").write_text(verdict)
         if console is not None:
             console.print(f"Wrote {folder / f'{name}.json'}" + (f" and {folder / f'{name}.png'}" if plot else ""))
     return results
