@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from zoo.arguments import check_choice, check_range
 from zoo.datamodules.base import BatchedDataModule
 
 __all__ = ["PairwisePreferences", "PreferenceDataModule", "make_tiny_arena", "read_preference_rows"]
@@ -389,12 +390,16 @@ class PreferenceDataModule(BatchedDataModule):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        if source not in ("arena", "jsonl", "parquet"):
-            raise ValueError(f"Expected source to be 'arena', 'jsonl' or 'parquet', got {source!r}.")
+        check_choice("source", source, ("arena", "jsonl", "parquet"))
+        check_choice("population", population, ("arena", "shifted"))
+        for name, value, low in (("num_llms", num_llms, 2), ("comparisons_per_pair", comparisons_per_pair, 1),
+                                 ("dim", dim, 2), ("batch_size", batch_size, 1), ("num_workers", num_workers, 0)):
+            check_range(name, value, low=low, integer=True)  # fmt: skip
+        check_range("holdout_llm", holdout_llm, low=0, integer=True, optional=True)
+        check_range("val_fraction", val_fraction, 0, 1, high_open=True)
+        check_range("test_fraction", test_fraction, 0, 1, high_open=True)
         if source != "arena" and not path:
             raise ValueError(f"PreferenceDataModule(source={source!r}) needs path, the file of comparisons.")
-        if population not in ("arena", "shifted"):
-            raise ValueError(f"Expected population to be 'arena' or 'shifted', got {population!r}.")
         if source != "arena" and population != "arena":
             raise ValueError(f"population={population!r} applies to source='arena' only; leave it at 'arena'.")
         if holdout_llm is not None and (holdout_llm < 0 or (source == "arena" and holdout_llm >= num_llms)):

@@ -1,15 +1,15 @@
-"""Argument checks for public constructors: refuse an impossible argument in ``__init__``, naming it and what is accepted.
+"""Argument checks for public constructors: refuse an impossible argument in ``__init__``, naming what is accepted.
 
 Lightning and torchmetrics refuse bad arguments where the object is built (``EarlyStopping(mode="maximum")``), not
 at the first step an hour later. Every zoo constructor that takes a probability, a count, a weight, a mode string
 or a clamp range checks it with these helpers, so the messages read the same everywhere::
 
-    Expected argument `p` to be a float in [0, 1], but got 1.5.
+    Expected argument `p` to be a finite float in [0, 1], but got 1.5.
     Expected argument `mode` to be one of 'official', 'exact', but got 'Exact'.
     Expected argument `lambda_clamp` to be (low, high) with low <= high, but got (10, 0.1).
 
-``bool`` is refused where a number is expected (``True`` is an ``int`` to Python, never a count to a user), and NaN
-fails every range.
+``bool`` is refused where a number is expected (``True`` is an ``int`` to Python, never a count to a user), and NaN and
+infinities fail every range.
 """
 
 from __future__ import annotations
@@ -58,18 +58,18 @@ def check_range(
         >>> check_range("lr", -1.0, low=0, low_open=True)
         Traceback (most recent call last):
             ...
-        ValueError: Expected argument `lr` to be a float > 0, but got -1.0.
+        ValueError: Expected argument `lr` to be a finite float > 0, but got -1.0.
     """
     if optional and value is None:
         return
-    ok = _is_number(value, integer) and not (isinstance(value, float) and math.isnan(value))
+    ok = _is_number(value, integer) and math.isfinite(value)
     if ok and low is not None:
         ok = value > low if low_open else value >= low
     if ok and high is not None:
         ok = value < high if high_open else value <= high
     if ok:
         return
-    kind = "an int" if integer else "a float"
+    kind = "an int" if integer else "a finite float"
     if low is not None and high is not None:
         what = f"{kind} in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
     elif low is not None:
@@ -77,7 +77,7 @@ def check_range(
     elif high is not None:
         what = f"{kind} {'<' if high_open else '<='} {high:g}"
     else:
-        what = f"{kind} (not NaN)" if not integer else kind
+        what = kind
     raise ValueError(f"Expected argument `{name}` to be {what}{' or None' if optional else ''}, but got {value!r}.")
 
 
@@ -89,7 +89,7 @@ def check_probability(name: str, value: Any, *, open_low: bool = False, open_hig
         >>> check_probability("fpr", 0.0, open_low=True)
         Traceback (most recent call last):
             ...
-        ValueError: Expected argument `fpr` to be a float in (0, 1], but got 0.0.
+        ValueError: Expected argument `fpr` to be a finite float in (0, 1], but got 0.0.
     """
     check_range(name, value, 0.0, 1.0, low_open=open_low, high_open=open_high)
 
@@ -126,7 +126,7 @@ def check_interval(name: str, value: Any, low: float | None = None, high: float 
     ok = (
         pair is not None
         and len(pair) == 2
-        and all(_is_number(v, False) and not math.isnan(v) for v in pair)
+        and all(_is_number(v, False) and math.isfinite(v) for v in pair)
         and pair[0] <= pair[1]
     )
     if ok and low is not None:

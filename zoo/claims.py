@@ -286,7 +286,7 @@ class Claim:
         return _meets(value, self.at_least, self.at_most)
 
     def distance(self, value: float) -> float:
-        """How far ``value`` lies outside the bound (0 inside it, inf for NaN): ranks stand-ins by how close they came."""
+        """How far ``value`` lies outside the bound (0 inside, inf for NaN): ranks stand-ins by how close they came."""
         if math.isnan(value):
             return math.inf
         below = self.at_least - value if self.at_least is not None else 0.0

@@ -110,8 +110,9 @@ def _cmd_reproduce(args: argparse.Namespace) -> None:
         try:
             import_object(function)
         except (AttributeError, ImportError):
-            raise SystemExit(f"'{args.name}' has no diagnosis (no `diagnose` in {entry.reproduce.rsplit('.', 1)[0]}): "
-                             "every headline of its reproduction reproduces, or it is not at the evidence standard yet.")  # fmt: skip
+            module = entry.reproduce.rsplit(".", 1)[0]
+            raise SystemExit(f"'{args.name}' has no diagnosis (no `diagnose` in {module}): every headline of its "
+                             "reproduction reproduces, or it is not at the evidence standard yet.")  # fmt: skip
     out = Path(args.out) if args.out else None
     start = time.perf_counter()
     import_object(function)(quick=args.quick, out=out)

@@ -166,8 +166,8 @@ def verdict_markdown(
         >>> r = {"m/acc": 0.9, "b/acc": 0.7, "a/acc": 0.6, "h/acc": 0.5}
         >>> r.update(evaluate(r, [c]))
         >>> r.update(judge(r, [h], [c]))
-        >>> print(verdict_markdown(r, [h], [c]).splitlines()[2])
-        | The method is accurate. (paper: 0.95) | reproduced | `acc_at_least_0.8` >= 0.8 | m 0.9 | b 0.7 x | a 0.6 x | h 0.5 x |  |
+        >>> print(verdict_markdown(r, [h], [c]).splitlines()[2].replace(" | ", "|"))
+        | The method is accurate. (paper: 0.95)|reproduced|`acc_at_least_0.8` >= 0.8|m 0.9|b 0.7 x|a 0.6 x|h 0.5 x| |
     """
     by_name = {c.name: c for c in claims}
     lines = [
@@ -191,7 +191,8 @@ def verdict_markdown(
         method = f"{claim.method} {results[f'values/{claim.name}/{claim.method}']:.4g}"
         diagnosis = h.diagnosis or ("" if verdict == "reproduced" else "**no diagnosis yet**")
         text = _escape(h.text) + (f" (paper: {_escape(h.paper)})" if h.paper else "")
-        lines.append(f"| {text} | {verdict} | {tested} | {method} | " + " | ".join(cells) + f" | {_escape(diagnosis)} |")
+        cells = [text, verdict, tested, method, *cells, _escape(diagnosis)]
+        lines.append("| " + " | ".join(cells) + " |")
     for c in checks:
         if isinstance(c, TaskCheck):
             ok = results.get(f"checks/{c.name}") == 1.0
@@ -232,11 +233,17 @@ def write_meta(folder: Path | str, name: str, *, command: str, quick: bool, seco
 
     from zoo.publish import library_versions
 
-    try:
-        commit = subprocess.run(["git", "-C", str(REPO_DIR), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, timeout=10).stdout.strip() or None  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        commit = None
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(REPO_DIR), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "--short", "HEAD") or None
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", "zoo", "datamodules", "callbacks")
+    if commit and changed:
+        commit += "+uncommitted changes"  # the run's code is not exactly that commit's
     meta = {
         "command": command,
         "quick": quick,

@@ -94,23 +94,26 @@ def _assert_same(computed: dict[str, torch.Tensor], expected: dict[str, float]) 
         assert float(computed[key]) == pytest.approx(value, rel=1e-10, abs=1e-12, nan_ok=True), key
 
 
-def test_win_rate_metrics_accumulate_over_batches_like_the_functions():
-    """Check that each Metric fed 3 batches equals its function on the concatenated batches."""
+def test_win_rate_metrics_accumulated_over_batches_match_numpy_on_all_of_them():
+    """Check that each Metric fed 3 batches equals a numpy computation on the concatenated batches (np.cov / np.var,
+    the label and score means with ddof-1 standard errors), not the module's own functions."""
     z, z_hat = _random_labels(seed=2, N=600, n=150)
+    zn, hn = z.numpy(), z_hat.numpy()
+    labelled = ~np.isnan(zn)
+    zH = zn[labelled]
     metrics = {
-        "cv": (ControlVariatesWinRate(), lambda: control_variates_win_rate(z, z_hat)),
-        "cv_exact_fixed": (
-            ControlVariatesWinRate(alpha=0.7, alpha_ddof="exact", finite_population=False),
-            lambda: control_variates_win_rate(z, z_hat, alpha=0.7, alpha_ddof="exact", finite_population=False),
-        ),
-        "human": (HumanWinRate(), lambda: human_win_rate(z)),
-        "synthetic": (SyntheticWinRate(), lambda: synthetic_win_rate(z_hat, z)),
+        "cv": (ControlVariatesWinRate(), _numpy_cv(zn, hn, ddof_var=0, finite=True)),
+        "human": (HumanWinRate(), {"estimate": zH.mean(), "se": zH.std(ddof=1) / math.sqrt(len(zH)), "alpha": 0.0,
+                                   "rho": NAN, "predicted_saving": 0.0}),  # fmt: skip
+        "synthetic": (SyntheticWinRate(), {"estimate": hn.mean(), "se": hn.std(ddof=1) / math.sqrt(len(hn)),
+                                           "alpha": NAN, "rho": np.corrcoef(zH, hn[labelled])[0, 1],
+                                           "predicted_saving": 0.0}),  # fmt: skip
     }
     for rows in torch.tensor_split(torch.arange(600), 3):
         for metric, _ in metrics.values():
             metric.update(z[rows], z_hat[rows])
-    for metric, function in metrics.values():
-        _assert_same(metric.compute(), _as_dict(function()))
+    for metric, expected in metrics.values():
+        _assert_same(metric.compute(), {k: float(v) for k, v in expected.items()})
 
 
 def test_win_rate_metric_merge_state_equals_one_metric():
@@ -241,11 +244,15 @@ def test_win_rate_raises_on_bad_input():
 def test_win_rate_metrics_raise_on_bad_arguments():
     """Check that bad init arguments, a missing input and computing before 2 labels raise clear errors."""
     with pytest.raises(
-        ValueError, match="Expected argument `alpha_ddof` to be one of 'official', 'exact' but got 'np'"
+        ValueError, match="Expected argument `alpha_ddof` to be one of 'official', 'exact', but got 'np'"
     ):
         ControlVariatesWinRate(alpha_ddof="np")
-    with pytest.raises(ValueError, match="Expected argument `alpha` to be None or a finite float but got nan"):
+    with pytest.raises(ValueError, match="Expected argument `alpha` to be a finite float or None, but got nan"):
         control_variates_win_rate(torch.tensor([1.0, 0.0]), torch.tensor([0.5, 0.5]), alpha=NAN)
+    with pytest.raises(ValueError, match="`finite_population` to be one of True, False, but got 1"):
+        ControlVariatesWinRate(finite_population=1)
+    with pytest.raises(ValueError, match="`reps` to be an int >= 1, but got 0"):
+        bootstrap_mse(torch.tensor([1.0, 0.0, 0.0, 1.0]), torch.tensor([0.2, 0.4, 0.6, 0.8]), [2], reps=0)
     with pytest.raises(TypeError, match="SyntheticWinRate.update needs `z_hat`, got None"):
         SyntheticWinRate().update(torch.tensor([1.0, 0.0]))
     m = HumanWinRate()
@@ -281,3 +288,86 @@ def test_fixed_alpha_and_ppi_standard_errors_match_the_formula_by_hand() -> None
     optimal = s_zh / s_hh
     var_opt = (s_zz - (1 - n / N) * (2 * optimal * s_zh - optimal**2 * s_hh)) / n
     assert abs(math.sqrt(var_opt) - ppi_win_rate(labels, scores).se) > 1e-4
+
+
+# --- pinned to the official implementation (tests/fixtures/reference/cv-winrate) and to hand-derived cases ---------
+
+
+def test_subset_estimates_match_the_official_evaluators_with_alpha_far_from_one(reference) -> None:
+    """Check human-only, synthetic-only and CV estimates per bootstrap replicate against the official
+    ControlVariatesEvaluatorV4 / HumanOnlyEvaluator / RmOnlyEvaluator (Zanette-Labs/control_variates_evaluation at
+    dfa403d) on the same index arrays. The pool's α* is about 3.7, so CV and PPI (α = 1) differ by far more than the
+    tolerance, and a swap of the two fails here."""
+    from zoo.metrics.win_rate import subset_estimates
+
+    ref = reference("cv-winrate", "cv4_bootstrap")
+    gt, rm = torch.from_numpy(ref["gt"]).float(), torch.from_numpy(ref["rm"]).float()  # V4 works in float32
+    idx = torch.from_numpy(ref["idx"])
+    est = subset_estimates(gt[idx], rm[idx], rm, ("human", "synthetic", "cv", "ppi"))
+    np.testing.assert_allclose(est["cv"].numpy(), ref["cv"], rtol=0, atol=2e-6)
+    np.testing.assert_allclose(est["human"].numpy(), ref["human"], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(est["synthetic"].numpy()[0], float(rm.double().mean()), rtol=1e-12)
+    np.testing.assert_allclose(ref["rm_only"].mean(), rm.double()[idx].mean(), rtol=1e-6)  # RmOnly: a bootstrap mean
+    assert float(ref["alpha_star"]) > 3.0
+    assert np.abs(est["ppi"].numpy() - ref["cv"]).mean() > 0.05  # PPI is a different estimator here
+    alpha = (est["cv"] - est["human"]) / -(rm.double()[idx].mean(1) - rm.double().mean())
+    np.testing.assert_allclose(alpha.numpy(), ref["alpha"], rtol=2e-5)  # the official α̂ per replicate
+
+
+def test_bootstrap_mse_keeps_cv_and_ppi_apart_on_the_official_pool(reference) -> None:
+    """Check bootstrap_mse's CV and PPI MSEs against a numpy computation of the official estimators (np.cov ddof 1
+    over np.var ddof 0; α = 1) on the index arrays its seeded generator draws, on the pool with α* ≈ 3.7."""
+    ref = reference("cv-winrate", "cv4_bootstrap")
+    gt, rm = ref["gt"], ref["rm"]
+    n_grid, reps, seed = [8, 20], 40, 11
+    mse = bootstrap_mse(torch.from_numpy(gt), torch.from_numpy(rm), n_grid, reps=reps, seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    for i, n in enumerate(n_grid):
+        idx = torch.randint(len(gt), (reps, n), generator=g).numpy()
+        z, h = gt[idx], rm[idx]
+        alpha = np.array([np.cov(a, b)[0, 1] / np.var(b) for a, b in zip(z, h)])
+        cv = z.mean(1) - alpha * (h.mean(1) - rm.mean())
+        ppi = z.mean(1) - (h.mean(1) - rm.mean())
+        assert float(mse["cv"][i]) == pytest.approx(((cv - gt.mean()) ** 2).mean(), rel=1e-9)
+        assert float(mse["ppi"][i]) == pytest.approx(((ppi - gt.mean()) ** 2).mean(), rel=1e-9)
+        assert abs(float(mse["cv"][i] - mse["ppi"][i])) > 1e-3
+
+
+def test_annotation_saving_matches_the_official_compute_sample_saving(reference) -> None:
+    """Check the per-pair saving (mean over model pairs of ρ²) against the official ResultGrouper.get_corr_mat +
+    compute_sample_saving (threshold 100, strict >, so min_count 101 here): dropping the square on ρ, or averaging
+    a pooled ρ², fails."""
+    from zoo.metrics.pair_saving import AnnotationSaving
+
+    ref = reference("cv-winrate", "pair_saving")
+    m = AnnotationSaving(num_llms=3, min_count=int(ref["threshold"]) + 1)
+    m.update(*(torch.from_numpy(ref[k]) for k in ("z", "z_hat", "llm_a", "llm_b")))
+    assert float(m.compute()) == pytest.approx(float(ref["average_saving"]), rel=1e-6)
+    per_pair = m.per_pair().numpy()
+    np.testing.assert_allclose(per_pair[0, 1] ** 0.5, ref["corr_mat"][0, 1], rtol=1e-9)
+    assert np.isnan(per_pair[1, 2])  # 90 comparisons: under the threshold, as in the official mask
+
+
+def test_control_variates_win_rate_on_a_hand_derived_case_with_alpha_far_from_one() -> None:
+    """Check CV, PPI and the standard error on a case derived by hand.
+
+    Labelled: z = (1, 0, 1, 0), ẑ = (0.6, 0.4, 0.6, 0.4); unlabelled ẑ = (0.4, 0.4, 0.4, 0.4), so N = 8, n = 4.
+    z̄_H = 0.5, ẑ̄_H = 0.5, ẑ̄_N = 3.6 / 8 = 0.45. Centred: z − z̄ = ±0.5, ẑ − ẑ̄ = ±0.1 with the same signs, so
+    Σ(z − z̄)(ẑ − ẑ̄) = 4 · 0.05 = 0.2 and Σ(ẑ − ẑ̄)² = 0.04, Σ(z − z̄)² = 1.
+    Official α̂ = (0.2 / 3) / (0.04 / 4) = 20 / 3; exact (ddof 1 both) α̂ = 0.2 / 0.04 = 5; ρ = 0.2 / √(1 · 0.04) = 1.
+    CV = 0.5 − α̂ (0.5 − 0.45): official 0.5 − 1/3 = 1/6, exact 0.25; PPI (α = 1): 0.45.
+    Saving ρ²(1 − n/N) = 0.5; se = √((1 − 0.5) · s_z² / n) with s_z² = 1/3: √(1/24).
+    """
+    z = torch.tensor([1.0, 0.0, 1.0, 0.0, NAN, NAN, NAN, NAN], dtype=torch.float64)
+    z_hat = torch.tensor([0.6, 0.4, 0.6, 0.4, 0.4, 0.4, 0.4, 0.4], dtype=torch.float64)
+    official = control_variates_win_rate(z, z_hat)
+    assert official.alpha == pytest.approx(20 / 3) and official.estimate == pytest.approx(1 / 6)
+    assert official.rho == pytest.approx(1.0) and official.predicted_saving == pytest.approx(0.5)
+    assert official.se == pytest.approx(math.sqrt(1 / 24))
+    exact = control_variates_win_rate(z, z_hat, alpha_ddof="exact")
+    assert exact.alpha == pytest.approx(5.0) and exact.estimate == pytest.approx(0.25)
+    assert ppi_win_rate(z, z_hat).estimate == pytest.approx(0.45)
+    # a fixed α = 5, as the exact α̂: the fixed-α variance (s_z² − (1 − n/N)(2α s_zẑ − α² s_ẑ²)) / n with
+    # s_zẑ = 0.2/3, s_ẑ² = 0.04/3: (1/3 − 0.5 (2/3 − 1/3)) / 4 = 1/24, the optimal-α value again
+    fixed = control_variates_win_rate(z, z_hat, alpha=5.0)
+    assert fixed.se == pytest.approx(math.sqrt(1 / 24)) and fixed.estimate == pytest.approx(0.25)

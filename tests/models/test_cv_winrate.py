@@ -153,3 +153,124 @@ def test_winrate_of_nan_synthetic_scores_is_refused(tmp_path: Path) -> None:
     path.write_text("human,synthetic\n1,0.7\n0,nan\n0,0.2\n1,0.9\n")
     with pytest.raises(SystemExit, match="zoo winrate: .*(NaN|nan)"):
         main(["winrate", str(path)])
+
+
+def test_winrate_command_refuses_an_empty_or_header_only_file(tmp_path: Path) -> None:
+    """Check that an empty file and a header alone stop `zoo winrate` with one line naming the file."""
+    for name, text in (("empty.csv", ""), ("header.csv", "human,synthetic\n"), ("empty.jsonl", "\n")):
+        path = tmp_path / name
+        path.write_text(text)
+        with pytest.raises(SystemExit, match=f"zoo winrate: {path} holds no comparisons"):
+            main(["winrate", str(path)])
+
+
+def test_winrate_command_warns_when_the_interval_cannot_be_trusted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Check that three equal labels (se 0) and two labels (normal interval beyond [0, 1]) print a warning line, and
+    that the interval is clipped to [0, 1]."""
+    equal = tmp_path / "equal.csv"
+    equal.write_text("human,synthetic\n1,0.7\n1,0.6\n1,0.9\n,0.4\n")
+    with pytest.warns(UserWarning, match="all 3 human labels are equal"):
+        main(["winrate", str(equal)])
+    assert capsys.readouterr().out.startswith("warning: all 3 human labels are equal")
+    two = tmp_path / "two.csv"
+    two.write_text("human,synthetic\n1,0.7\n0,0.3\n,0.5\n,0.6\n")
+    with pytest.warns(UserWarning, match="only 2 human labels"):
+        main(["winrate", str(two)])
+    out = capsys.readouterr().out
+    assert "warning: only 2 human labels" in out and "interval [0.0000, 1.0000]" in out
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"scorer": "MLP"}, "`scorer` to be one of 'mlp', 'hf', but got 'MLP'"),
+        ({"lr": -1.0}, "`lr` to be a finite float > 0, but got -1.0"),
+        ({"num_llms": 1}, "`num_llms` to be an int >= 2, but got 1"),
+        ({"weight_decay": -0.1}, "`weight_decay` to be a finite float >= 0"),
+    ],
+)
+def test_reward_model_refuses_impossible_arguments(kwargs: dict, message: str) -> None:
+    """Check that impossible constructor arguments are refused in __init__ with the accepted values named."""
+    with pytest.raises(ValueError, match=message):
+        PairwiseRewardModel(**kwargs)
+
+
+def test_preference_datamodule_refuses_impossible_arguments() -> None:
+    """Check the DataModule's argument checks: fractions outside [0, 1), a negative held-out LLM, an unknown source."""
+    from zoo.datamodules.preferences import PreferenceDataModule
+
+    with pytest.raises(ValueError, match=r"`val_fraction` to be a finite float in \[0, 1\), but got 1.5"):
+        PreferenceDataModule(val_fraction=1.5)
+    with pytest.raises(ValueError, match="`holdout_llm` to be an int >= 0 or None, but got -1"):
+        PreferenceDataModule(holdout_llm=-1)
+    with pytest.raises(ValueError, match="`source` to be one of 'arena', 'jsonl', 'parquet', but got 'csv'"):
+        PreferenceDataModule(source="csv")
+
+
+# --- the stand-in estimators of the reproduction ----------------------------------------------------------------------
+
+
+def test_stratified_sampling_allocates_labels_in_proportion_and_its_exact_variance_matches_its_draws() -> None:
+    """Check stratified sampling: each stratum gets n·N_h/N labels (largest remainders), the weights sum to 1, the
+    estimate is unbiased, and the closed-form variance matches the variance of 20,000 simulated draws (with and
+    without replacement) within 5 %."""
+    from zoo.models.cv_winrate.alternatives import stratified_estimates, stratified_indices, stratified_variance
+
+    g = torch.Generator().manual_seed(0)
+    scores = torch.rand(103, generator=g, dtype=torch.float64)
+    z = (torch.rand(103, generator=g, dtype=torch.float64) < scores).double()
+    # N = 10 in 3 strata: bounds round(0, 3.33, 6.67, 10) = (0, 3, 7, 10), sizes (3, 4, 3); n = 7: shares
+    # (2.1, 2.8, 2.1), floors (2, 2, 2), the one label left to the largest remainder (0.8): counts (2, 3, 2)
+    index, weight = stratified_indices(torch.arange(10.0).flip(0), n=7, reps=4, strata=3, generator=g)
+    assert index.shape == (4, 7) and float(weight.sum()) == pytest.approx(1.0)
+    strata_of = torch.tensor([2, 2, 2, 1, 1, 1, 1, 0, 0, 0])  # scores 9..0: the lowest three form stratum 0
+    assert strata_of[index].sort(dim=1).values.tolist() == [[0, 0, 1, 1, 1, 2, 2]] * 4
+    assert weight.tolist() == pytest.approx([0.15, 0.15, 4 / 30, 4 / 30, 4 / 30, 0.15, 0.15])  # W_h / m_h
+    for replace in (True, False):
+        index, weight = stratified_indices(scores, n=12, reps=20_000, strata=5, replace=replace, generator=g)
+        est = stratified_estimates(z, index, weight)
+        assert float(est.mean()) == pytest.approx(float(z.mean()), abs=0.004)
+        exact = stratified_variance(z, scores, n=12, strata=5, replace=replace)
+        assert float(est.var()) == pytest.approx(exact, rel=0.05)
+
+
+def test_stratified_sampling_refuses_impossible_arguments() -> None:
+    """Check that fewer labels than strata, and more labels than a stratum holds without replacement, are refused."""
+    from zoo.models.cv_winrate.alternatives import stratified_indices
+
+    with pytest.raises(ValueError, match="`n` to be an int >= 5, but got 3"):
+        stratified_indices(torch.rand(50), n=3, reps=2, strata=5)
+    with pytest.raises(ValueError, match="use replace=True"):
+        stratified_indices(torch.rand(10), n=12, reps=2, strata=5, replace=False)
+    with pytest.raises(ValueError, match="`strata` to be an int >= 1, but got 0"):
+        stratified_indices(torch.rand(10), n=10, reps=2, strata=0)
+
+
+def test_isotonic_recalibration_is_monotone_and_stays_in_unit_range() -> None:
+    """Check that the recalibrated scores never decrease with the raw score and stay in [0, 1]."""
+    from zoo.models.cv_winrate.alternatives import isotonic_recalibration
+
+    g = torch.Generator().manual_seed(1)
+    raw = torch.rand(500, generator=g)
+    labels = (torch.rand(500, generator=g) < raw**3).double()
+    f = isotonic_recalibration(raw, labels)
+    grid = torch.linspace(-0.5, 1.5, 101)
+    out = f(grid)
+    assert bool((out.diff() >= 0).all()) and float(out.min()) >= 0.0 and float(out.max()) <= 1.0
+
+
+def test_calibrated_link_of_the_simulation_has_slope_one() -> None:
+    """Check simulate_feedback(link="calibrated"): within each decile of ẑ the mean label equals the mean score
+    (E[z | ẑ] = ẑ, so α* ≈ 1), where the logistic score is off by up to 0.25."""
+    from zoo.models.cv_winrate.experiment import pool_stats, simulate_feedback
+
+    for link, worst in (("calibrated", 0.015), ("logistic", None)):
+        z, z_hat = simulate_feedback(100_000, 1.2, seed=0, link=link)
+        deciles = torch.bucketize(z_hat, torch.quantile(z_hat, torch.linspace(0, 1, 11, dtype=z_hat.dtype))[1:-1])
+        gap = max(abs(float(z[deciles == d].mean() - z_hat[deciles == d].mean())) for d in range(10))
+        if worst is None:
+            assert gap > 0.2
+        else:
+            assert gap < worst and pool_stats(z, z_hat)[1] == pytest.approx(1.0, abs=0.03)

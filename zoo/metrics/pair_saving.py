@@ -8,6 +8,8 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
+from zoo.arguments import check_range
+
 __all__ = ["AnnotationSaving"]
 
 
@@ -41,10 +43,8 @@ class AnnotationSaving(Metric):
 
     def __init__(self, num_llms: int, min_count: int = 100, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if num_llms < 2:
-            raise ValueError(f"Expected argument `num_llms` to be at least 2 but got {num_llms}.")
-        if min_count < 2:
-            raise ValueError(f"Expected argument `min_count` to be at least 2 but got {min_count}.")
+        check_range("num_llms", num_llms, low=2, integer=True)
+        check_range("min_count", min_count, low=2, integer=True)
         self.num_llms, self.min_count = num_llms, min_count
         for name in ("n", "sz", "sh", "szz", "shh", "szh"):
             self.add_state(name, default=torch.zeros(num_llms, num_llms, dtype=torch.float64), dist_reduce_fx="sum")

@@ -40,6 +40,8 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
+from zoo.arguments import check_choice, check_range
+
 __all__ = [
     "ControlVariatesWinRate",
     "HumanWinRate",
@@ -57,6 +59,7 @@ _NUM_SUMS = 9  # n, Σz_H, Σz_H², Σẑ_H, Σẑ_H², Σz_Hẑ_H over the labe
 _DEGENERATE = 1e-12  # a centred sum below this fraction of its raw sum is rounding error: the variance is 0
 _METHODS = ("human", "synthetic", "cv", "ppi")
 _KEYS = ("estimate", "se", "alpha", "rho", "predicted_saving")
+MIN_LABELS_FOR_INTERVAL = 30  # below this the normal interval of a mean of {0, 0.5, 1} labels under-covers
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,8 @@ class WinRateEstimate:
     Example:
         >>> WinRateEstimate(0.6, 0.05, 0.0, float("nan"), 0.0, 100, 100).interval(0.95)
         (0.502..., 0.697...)
+        >>> WinRateEstimate(0.95, 0.05, 0.0, float("nan"), 0.0, 100, 100).interval(0.95)  # clipped to [0, 1]
+        (0.852..., 1.0)
     """
 
     estimate: float
@@ -86,11 +91,30 @@ class WinRateEstimate:
     N: int
 
     def interval(self, level: float = 0.95) -> tuple[float, float]:
-        """Normal confidence interval ``estimate ± z_{(1+level)/2} · se``."""
+        """Normal confidence interval ``estimate ± z_{(1+level)/2} · se``, clipped to ``[0, 1]`` (a win rate's range).
+
+        The normal approximation needs enough labels: :attr:`interval_warning` says when it does not hold.
+        """
         if not isinstance(level, (int, float)) or isinstance(level, bool) or not 0.0 < level < 1.0:
             raise ValueError(f"Expected argument `level` to be a float in (0, 1) but got {level!r}.")
         half = NormalDist().inv_cdf(0.5 + level / 2.0) * self.se
-        return self.estimate - half, self.estimate + half
+        return max(0.0, self.estimate - half), min(1.0, self.estimate + half)
+
+    @property
+    def interval_warning(self) -> str | None:
+        """Why the normal interval cannot be trusted here (``None`` when nothing is known to be wrong).
+
+        Example:
+            >>> WinRateEstimate(1.0, 0.0, 0.0, float("nan"), 0.0, 3, 3).interval_warning
+            'all 3 human labels are equal, so the standard error is 0 and the interval has no width: ...'
+        """
+        if self.se == 0.0:
+            return (f"all {self.n} human labels are equal, so the standard error is 0 and the interval has no width: "
+                    "it says nothing about the win rate. Label more pairs.")  # fmt: skip
+        if self.n < MIN_LABELS_FOR_INTERVAL:
+            return (f"only {self.n} human labels: the normal interval needs about {MIN_LABELS_FOR_INTERVAL} to cover "
+                    "at its level (it was clipped to [0, 1]). Label more pairs.")  # fmt: skip
+        return None
 
 
 # ---------------------------------------------------------------------------------------------------------- checks
@@ -143,14 +167,9 @@ def _check_count(count: float, what: str) -> None:
 
 
 def _check_alpha(alpha: float | None, alpha_ddof: str, finite_population: bool) -> None:
-    if alpha is not None and (
-        not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not math.isfinite(alpha)
-    ):
-        raise ValueError(f"Expected argument `alpha` to be None or a finite float but got {alpha!r}.")
-    if alpha_ddof not in ("official", "exact"):
-        raise ValueError(f"Expected argument `alpha_ddof` to be one of 'official', 'exact' but got {alpha_ddof!r}.")
-    if not isinstance(finite_population, bool):
-        raise ValueError(f"Expected argument `finite_population` to be a bool but got {finite_population!r}.")
+    check_range("alpha", alpha, optional=True)
+    check_choice("alpha_ddof", alpha_ddof, ("official", "exact"))
+    check_choice("finite_population", finite_population, (True, False))
 
 
 # ------------------------------------------------------------------------------------------------------------ maths
@@ -439,8 +458,7 @@ def bootstrap_mse(
     unknown = [m for m in methods if m not in _METHODS]
     if unknown or isinstance(methods, str):
         raise ValueError(f"Expected `methods` among {list(_METHODS)} but got {list(methods)!r}.")
-    if not isinstance(reps, int) or isinstance(reps, bool) or reps < 1:
-        raise ValueError(f"Expected argument `reps` to be a positive int but got {reps!r}.")
+    check_range("reps", reps, low=1, integer=True)
     if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 2 for n in n_grid):
         raise ValueError(f"Expected `n_grid` to hold ints >= 2 (alpha needs two labels) but got {list(n_grid)!r}.")
 

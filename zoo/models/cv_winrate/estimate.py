@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import warnings
 from pathlib import Path
 
 import torch
@@ -30,7 +31,7 @@ def read_feedback(
         )
     if path.suffix == ".csv":
         with path.open(newline="") as handle:
-            rows = list(csv.DictReader(handle))
+            rows = list(csv.DictReader(handle))  # an empty file or a header alone gives no rows: refused below
     elif path.suffix in (".jsonl", ".json"):
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     else:
@@ -48,6 +49,11 @@ def read_feedback(
             z_hat.append(float(row[synthetic]))
         except (TypeError, ValueError):
             raise ValueError(f"{path}:{line}: non-numeric value in {row!r}.") from None
+    if not z:
+        raise ValueError(
+            f"{path} holds no comparisons (an empty file, or a header alone). Expected one row per response pair "
+            f"with columns '{human}' and '{synthetic}'."
+        )
     return torch.tensor(z, dtype=torch.float64), torch.tensor(z_hat, dtype=torch.float64)
 
 
@@ -58,14 +64,20 @@ def estimate_from_file(path: str | Path, human: str = "human", synthetic: str = 
 
 
 def report(path: str | Path, human: str = "human", synthetic: str = "synthetic", level: float = 0.95) -> str:
-    """A few lines comparing the CV estimate (with interval and predicted saving) to the human-only one."""
+    """A few lines comparing the CV estimate (with interval and predicted saving) to the human-only one; a first
+    ``warning:`` line (and a ``UserWarning``) when the normal interval cannot be trusted (all labels equal, or fewer
+    than 30 of them)."""
     z, z_hat = read_feedback(path, human, synthetic)
     cv = control_variates_win_rate(z, z_hat)
     h = human_win_rate(z)
     lo, hi = cv.interval(level)
     hlo, hhi = h.interval(level)
+    warning = cv.interval_warning
+    if warning is not None:
+        warnings.warn(warning, stacklevel=2)
     return (
-        f"{path}: {cv.n} human labels of {cv.N} pairs\n"
+        (f"warning: {warning}\n" if warning else "")
+        + f"{path}: {cv.n} human labels of {cv.N} pairs\n"
         f"control variates : win rate {cv.estimate:.4f}  {level:.0%} interval [{lo:.4f}, {hi:.4f}]  (se {cv.se:.4f})\n"
         f"human only       : win rate {h.estimate:.4f}  {level:.0%} interval [{hlo:.4f}, {hhi:.4f}]  (se {h.se:.4f})\n"
         f"alpha {cv.alpha:.3f}, rho {cv.rho:.3f}: the synthetic scores save {cv.predicted_saving:.1%} of the human "

@@ -9,6 +9,7 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric, PearsonCorrCoef
 from torchmetrics.classification import BinaryAccuracy
 
+from zoo.arguments import check_choice, check_range
 from zoo.metrics.pair_saving import AnnotationSaving
 from zoo.models.cv_winrate.scorer import HFScorer, MLPScorer, bradley_terry_loss
 from zoo.module import ZooModule
@@ -63,15 +64,19 @@ class PairwiseRewardModel(ZooModule):
         weight_decay: float = 0.0,
     ) -> None:
         super().__init__()
+        check_choice("scorer", scorer, ("mlp", "hf"))
+        for name, value in (("dim", dim), ("hidden", hidden), ("max_length", max_length), ("num_llms", num_llms)):
+            check_range(name, value, low=1 if name != "num_llms" else 2, integer=True)
+        check_range("min_pair_count", min_pair_count, low=2, integer=True)
+        check_range("lr", lr, low=0, low_open=True)
+        check_range("weight_decay", weight_decay, low=0)
         self.save_hyperparameters()
         if scorer == "mlp":
             self.scorer: nn.Module = MLPScorer(dim, hidden)
-        elif scorer == "hf":
+        else:
             if not hf_model:
                 raise ValueError("PairwiseRewardModel(scorer='hf') needs hf_model: a Hub id or a local folder.")
             self.scorer = HFScorer(hf_model, max_length)
-        else:
-            raise ValueError(f"Expected scorer to be 'mlp' or 'hf', got {scorer!r}.")
         self.metrics = nn.ModuleDict(
             {
                 stage: nn.ModuleDict(

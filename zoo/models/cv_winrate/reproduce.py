@@ -1,419 +1,335 @@
-"""``zoo reproduce cv-winrate``: control variates make win-rate estimates unbiased and save ρ² of the human labels.
+"""``zoo reproduce cv-winrate``: does Control Variates Evaluation make unbiased win rates cheaper, and by ρ²?
 
-The card's §5, in two parts, each on several seeds:
+The card's §5 (``experiment.py``): part A simulates human labels and biased synthetic scores at three correlations;
+part B is the tiny arena with a Bradley–Terry reward model, off-the-shelf and fine-tuned leaving out the evaluated
+LLM. Every claim runs the paper's estimator against stand-ins of three kinds, each on the same draws:
 
-* **Part A (statistics).** Simulated human labels with ties and biased synthetic scores at three correlations
-  (ρ² ≈ 0.06, 0.21, 0.41); for each human budget n, thousands of random labelled subsets (without replacement) of a
-  pool of N = 20,000. The CV estimate should be unbiased, the synthetic-only one is not, and CV's MSE saving over the
-  human-only mean should match ρ²(1 − n/N).
-* **Part B (tiny arena).** Six synthetic LLMs, a human utility, and an MLP reward model trained with the
-  Bradley–Terry loss: off-the-shelf (trained on a shifted population that also hides one feature) and fine-tuned
-  on this arena's human labels leaving out the evaluated LLM (one fold per LLM). For every held-out LLM and model
-  pair, the official bootstrap (indices with replacement, 1,000 replicates) gives the MSE of human-only,
-  synthetic-only and CV estimates against the pair's true win rate; the saving ``1 − MSE_CV / MSE_H`` (n ≥ 100)
-  should match the mean per-pair ρ², and fine-tuning should raise ρ².
+* baselines: the human labels' mean and the synthetic scores' mean (the paper's), and prediction-powered inference
+  (CV with α = 1, the estimator the field reaches for first);
+* ablations: CV with a random synthetic score (the control carries no information); for fine-tuning, the
+  off-the-shelf model trained as many more steps on its own population (no arena label);
+* alternatives: the survey sampler's tools for an auxiliary variable, the ratio estimator and stratified sampling on
+  score quintiles; for fine-tuning, isotonic recalibration of the off-the-shelf scores on the same arena labels.
 
-Stand-ins, each run through the same estimator code: a **random synthetic score** (ρ ≈ 0, the same marginal in part
-A, uniform in part B) in the evaluator's place, for every saving claim (CV "matches ρ²" trivially when both are 0,
-hence relative tolerances and minimum savings); the synthetic-only and human-only estimators in CV's place.
-A seed is the simulation's seed in part A, and in part B the arena's (its LLMs, prompts and labels), the shifted
-population's (seed + 1), the reward models' initialisation and training draws, and the bootstrap's.
+What the run shows (the page's verdict table has the numbers): fine-tuning raises the saving (asserted). CV saves
+labels on every score and its saving is ρ², where PPI and the ratio estimator lose to the human mean once the scores
+are miscalibrated (α* far from 1), but stratified sampling on the same scores saves as much or more, so the two
+saving claims are reported, not asserted, and their headlines carry the diagnosis (``diagnose``: the sweep over the
+budget and the score's link). A seed is the simulation's seed in part A, and in part B the arena's (its LLMs, prompts
+and labels), the shifted population's (seed + 1), the reward models' initialisation and training draws, and the
+bootstrap's.
 """
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Mapping
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
 
-from zoo.claims import Check, Claim
-from zoo.metrics.win_rate import bootstrap_mse, subset_estimates
-from zoo.models.cv_winrate.scorer import MLPScorer, bradley_terry_loss
-from zoo.reporting import arm_table, conclude, run_arms
+from zoo.claims import Check, Claim, TaskCheck
+from zoo.evidence import Headline
+from zoo.models.cv_winrate.experiment import (
+    ESTIMATORS,
+    JUDGED,
+    NOISES,
+    POOL,
+    STRATA,
+    a_draws,
+    a_sizes,
+    b_sizes,
+    part_a,
+    part_b,
+    pool_stats,
+    simulate_feedback,
+)
+from zoo.models.cv_winrate.alternatives import stratified_variance
+from zoo.reporting import arm_table, conclude, plot_sweep, run_arms
 
-__all__ = ["CHECKS", "CLAIMS", "run", "simulate_feedback", "fit_scorer"]
+__all__ = ["CHECKS", "CLAIMS", "HEADLINES", "diagnose", "run"]
 
-POOL = 20_000  # part A: scored pairs N
-NOISES = (2.5, 1.2, 0.6)  # part A: score noise, ρ² ≈ 0.06, 0.21, 0.41
-STRONG = ("noise1.2", "noise0.6", "random")  # part A: the scores whose saving is judged relative to ρ²(1 − n/N)
-FULL_SEEDS = (0, 1, 2)
-QUICK_SEEDS = (0, 1, 2)
-A_ARMS = ("A/cv", "A/cv_random_score", "A/human", "A/synthetic")
-B_ARMS = ("B/off-the-shelf", "B/fine-tuned", "B/random_score")
-JUDGED = 100  # savings and unbiasedness are judged for n ≥ 100 (α̂'s O(1/n) bias and noise, the card's review)
+SEEDS = (0, 1, 2)
+A_ARMS = (*(f"A/{e}" for e in ESTIMATORS), "A/cv_oracle_alpha", "A/cv_random_score")
+B_ARMS = (
+    *(f"B/{ev}/{e}" for ev in ("off-the-shelf", "fine-tuned") for e in ESTIMATORS),
+    "B/more-shifted/cv",
+    "B/isotonic/cv",
+    "B/random/cv",
+)
 
-
-def simulate_feedback(
-    n: int, noise: float, bias: float = 0.6, seed: int = 0, informative: bool = True
-) -> tuple[Tensor, Tensor]:
-    """Part A data: human labels ``z`` (ties at 0.5) and biased synthetic scores ``ẑ`` sharing a latent ``u``.
-
-    ``u ~ N(0, 1)``; ``z = 1[u + ε_h > 0]``, a tie when ``|u + ε_h| < 0.1``; ``ẑ = σ(2 (u + noise·ε_s) + bias)``.
-    ``informative=False``: the random-score stand-in, ``u`` in ``ẑ`` replaced by an independent draw (the same
-    marginal, ρ ≈ 0; ``z`` unchanged).
-    """
-    g = torch.Generator().manual_seed(seed)
-    u = torch.randn(n, generator=g, dtype=torch.float64)
-    h = u + 0.5 * torch.randn(n, generator=g, dtype=torch.float64)
-    z = (h > 0).double()
-    z[h.abs() < 0.1] = 0.5
-    eps = torch.randn(n, generator=g, dtype=torch.float64)
-    latent = u if informative else torch.randn(n, generator=g, dtype=torch.float64)
-    z_hat = torch.sigmoid(2.0 * (latent + noise * eps) + bias)
-    return z, z_hat
+# --- stand-ins, by kind --------------------------------------------------------------------------------------------
 
 
-def _subset_estimates(z: Tensor, z_hat: Tensor, n: int, reps: int, seed: int) -> dict[str, Tensor]:
-    """Human-only, synthetic-only and CV estimates over ``reps`` uniformly random size-``n`` subsets drawn without
-    replacement."""
-    g = torch.Generator().manual_seed(seed)
-    chunks: list[dict[str, Tensor]] = []
-    for start in range(0, reps, 500):  # chunks keep the (chunk, N) random keys small
-        chunk = min(500, reps - start)
-        idx = torch.rand(chunk, len(z), generator=g).topk(n, dim=1).indices  # top-n of iid keys: a uniform subset
-        chunks.append(subset_estimates(z[idx], z_hat[idx], z_hat, ("human", "synthetic", "cv")))
-    return {m: torch.cat([c[m] for c in chunks]) for m in chunks[0]}
+def _estimator_kinds(part: str, evaluator: str = "") -> dict[str, dict[str, str]]:
+    """The estimator stand-ins of a claim on CV's saving, in part ``A`` or on part B's ``evaluator``."""
+    arm = f"{part}/{evaluator + '/' if evaluator else ''}"
+    random = "A/cv_random_score" if part == "A" else "B/random/cv"
+    return {
+        "baselines": {
+            f"{arm}human": "the human labels' mean (the paper's baseline)",
+            f"{arm}synthetic": "the synthetic scores' mean (the paper's baseline)",
+            f"{arm}ppi": "prediction-powered inference: CV with α = 1, not fitted",
+        },
+        "ablations": {random: "CV with a random synthetic score: the control carries no information"},
+        "alternatives": {
+            f"{arm}ratio": "the ratio estimator z̄_H · ẑ̄_N / ẑ̄_H (survey sampling, nothing fitted)",
+            f"{arm}stratified": "stratified human sampling on the score's quintiles (labels spread over the strata)",
+        },
+    }
 
 
-def _a_sizes(quick: bool) -> tuple[int, tuple[int, ...]]:
-    """(subsets per budget, budgets n) of part A."""
-    return (1000, (100, 200)) if quick else (4000, (50, 100, 200, 500))
-
-
-@lru_cache(maxsize=2)
-def _part_a(seed: int, quick: bool) -> dict[str, dict[str, float]]:
-    """Part A metrics of each arm on one seed (computed once, shared by the arms).
-
-    Per score (``noise<σ>`` or ``random``) and budget: the estimator's bias in units of the CV estimate's
-    Monte-Carlo SE (the experiment's resolution, the same yardstick for every estimator: the synthetic one has no
-    spread), its MSE saving over the human-only mean on the same subsets, and the predicted ``ρ²(1 − n/N)``.
-    Summaries over n ≥ 100 and the scores of the arm: ``bias_in_se_max`` (|·|), ``saving_min`` and
-    ``saving_rel_err_max`` (``|saving − predicted| / predicted``).
-    """
-    reps, budgets = _a_sizes(quick)
-    scores = {f"noise{noise}": simulate_feedback(POOL, noise, seed=seed) for noise in NOISES}
-    scores["random"] = simulate_feedback(POOL, NOISES[1], seed=seed, informative=False)
-    arms: dict[str, dict[str, float]] = {arm: {} for arm in A_ARMS}
-    judged: dict[str, list[str]] = {arm: [] for arm in A_ARMS}  # the (score, n) cells each summary runs over
-    for tag, (z, z_hat) in scores.items():
-        rho2 = float(torch.corrcoef(torch.stack([z, z_hat]))[0, 1] ** 2)
-        p_star = float(z.mean())
-        if tag == "random":
-            estimator_arms = {"cv": "A/cv_random_score"}
-        else:
-            estimator_arms = {"cv": "A/cv", "human": "A/human", "synthetic": "A/synthetic"}
-            arms["A/synthetic"][f"{tag}/bias"] = float(z_hat.mean()) - p_star
-        for n in budgets:
-            est = _subset_estimates(z, z_hat, n, reps, seed=n + 1000 * seed)
-            se = float(est["cv"].std()) / reps**0.5
-            mse_human = float((est["human"] - p_star).square().mean())
-            for method, arm in estimator_arms.items():
-                m, cell = arms[arm], f"{tag}/n{n}"
-                m[f"{tag}/rho2"] = rho2
-                m[f"{cell}/bias_in_se"] = (float(est[method].mean()) - p_star) / se
-                m[f"{cell}/saving"] = 1 - float((est[method] - p_star).square().mean()) / mse_human
-                m[f"{cell}/saving_predicted"] = rho2 * (1 - n / POOL)
-                if n >= JUDGED:
-                    judged[arm].append(cell)
-    for arm, m in arms.items():
-        cells = judged[arm]
-        m["bias_in_se_max"] = max(abs(m[f"{c}/bias_in_se"]) for c in cells)
-        m["saving_min"] = min(m[f"{c}/saving"] for c in cells)
-        # Relative error on the scores with ρ² ≥ 0.2 (and the random score, the ρ² ≈ 0.2 one with its signal removed):
-        # at ρ² ≈ 0.06 the Monte-Carlo noise and α̂'s O(1/n) cost are a third of the saving; saving_min covers it.
-        strong = [c for c in cells if c.split("/")[0] in STRONG]
-        m["saving_rel_err_max"] = max(
-            abs(m[f"{c}/saving"] - m[f"{c}/saving_predicted"]) / max(m[f"{c}/saving_predicted"], 1e-12) for c in strong
-        )
-    arms["A/synthetic"]["abs_bias_min"] = min(abs(v) for k, v in arms["A/synthetic"].items() if k.endswith("/bias"))
-    return arms
-
-
-def fit_scorer(
-    scorer: MLPScorer, data: dict[str, Tensor], steps: int, lr: float = 1e-2, batch_size: int = 256, seed: int = 0
-) -> MLPScorer:
-    """Train ``scorer`` with the Bradley–Terry loss on ``data`` (dict with x, a, b, z; ties ignored), plain AdamW."""
-    g = torch.Generator().manual_seed(seed)
-    keep = torch.nonzero(data["z"] != 0.5).squeeze(1)
-    opt = torch.optim.AdamW(scorer.parameters(), lr=lr)
-    for _ in range(steps):
-        i = keep[torch.randint(len(keep), (batch_size,), generator=g)]
-        loss = bradley_terry_loss(scorer(data["x"][i], data["a"][i]) - scorer(data["x"][i], data["b"][i]), data["z"][i])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-    return scorer.eval()
-
-
-def _b_sizes(quick: bool) -> tuple[int, list[int], range]:
-    """(bootstrap replicates, n grid, folds) of part B."""
-    if quick:
-        return 300, [20, 50, 100, 200, 400], range(3)
-    return 1000, [20, 30, 50, 75, 100, 150, 200, 250, 300, 400], range(6)
-
-
-@lru_cache(maxsize=2)
-def _part_b(seed: int, quick: bool) -> tuple[dict[str, dict[str, float]], dict[str, list[float]]]:
-    """Part B metrics of each evaluator on one seed (computed once, shared by the arms), and the mean MSE curves."""
-    from zoo.datamodules.preferences import PreferenceDataModule
-
-    steps = 300
-    reps, n_grid, folds = _b_sizes(quick)
-    torch.manual_seed(seed)
-    shifted = PreferenceDataModule(population="shifted", seed=seed + 1)  # other LLMs and prompts (the offshelf conf)
-    shifted.setup("fit")
-    offshelf = fit_scorer(
-        MLPScorer(8, 32), shifted.train_set.__getitems__(range(len(shifted.train_set))), steps, seed=seed
-    )
-    names = [arm.split("/", 1)[1] for arm in B_ARMS]
-    curves: dict[str, list[Tensor]] = {}
-    per_pair: dict[str, dict[str, list[float]]] = {name: {"rho": [], "rho2": [], "saving": []} for name in names}
-    big = torch.tensor([n >= JUDGED for n in n_grid])
-    for k in folds:
-        dm = PreferenceDataModule(population="arena", holdout_llm=k, seed=seed)
-        dm.setup("fit")
-        train = dm.train_set.__getitems__(range(len(dm.train_set)))
-        tuned = fit_scorer(copy.deepcopy(offshelf).train(), train, steps, seed=k + 100 * seed)
-        test = dm.test_comparisons()
-        with torch.no_grad():
-            scores = {
-                name: torch.sigmoid(scorer(test["x"], test["a"]) - scorer(test["x"], test["b"])).double()
-                for name, scorer in (("off-the-shelf", offshelf), ("fine-tuned", tuned))
-            }
-        g = torch.Generator().manual_seed(10_000 + k + 100 * seed)
-        scores["random_score"] = torch.rand(len(test["z"]), generator=g, dtype=torch.float64)
-        for name, z_hat in scores.items():
-            for rows in dm.pairs("test").values():
-                z, h = test["z"][rows].double(), z_hat[rows]
-                mse = bootstrap_mse(z, h, n_grid, reps=reps, seed=k + 100 * seed, methods=("human", "synthetic", "cv"))
-                for method, values in mse.items():
-                    curves.setdefault(f"{name}/{method}", []).append(values)
-                rho = float(torch.corrcoef(torch.stack([z, h]))[0, 1])
-                per_pair[name]["rho"].append(rho)
-                per_pair[name]["rho2"].append(rho**2)
-                per_pair[name]["saving"].append(float((1 - mse["cv"][big] / mse["human"][big]).mean()))
-    mean_curves = {key: torch.stack(v).mean(0) for key, v in curves.items()}
-    arms: dict[str, dict[str, float]] = {}
-    for arm, name in zip(B_ARMS, names):
-        mean = {key: sum(v) / len(v) for key, v in per_pair[name].items()}
-        m = {"rho2_mean": mean["rho2"], "rho_mean": mean["rho"], "saving_empirical": mean["saving"]}
-        m["saving_rel_err"] = abs(m["saving_empirical"] - m["rho2_mean"]) / max(m["rho2_mean"], 1e-12)
-        for method in ("human", "synthetic", "cv"):
-            c = mean_curves[f"{name}/{method}"]
-            m[f"{method}_mse_first"], m[f"{method}_mse_last"] = float(c[0]), float(c[-1])
-        arms[arm] = m
-    return arms, {key: v.tolist() for key, v in mean_curves.items()}
-
-
-# Calibration: `OMP_NUM_THREADS=1 python /tmp/cv_winrate-calib/calib.py 5 full` (and `... 5 quick`): every arm on
-# seeds 0–4 at both sizes (per-seed numbers in /tmp/cv_winrate-calib/per_seed_{full,quick}.json; the runs use seeds
-# 0–2). Each claim's number per seed 0–4, full | quick:
-#
-# A_cv_unbiased_within_4se (max over the 9 | 6 cells n ≥ 100 of |bias| / CV's Monte-Carlo SE; 4, not the card's 3:
-# a bound on the maximum of 9 draws; the exactly unbiased human mean reaches 3.05 | 3.86 in the same units):
-#   A/cv               1.85 3.06 1.22 1.97 2.50 | 0.56 2.59 2.39 2.84 1.14
-#   A/synthetic        326 324 318 329 306 | 99 101 102 109 99
-# A_cv_saves_at_least_0.02 (min over every score, n ≥ 100 of 1 − MSE / MSE_human; weakest ρ² 0.057–0.065):
-#   A/cv               .046 .057 .046 .055 .053 | .040 .041 .054 .063 .050
-#   A/cv_random_score  −.013 −.014 −.008 −.016 −.007 | −.024 −.013 −.014 −.021 −.011
-#   A/human 0 on every seed; A/synthetic −12.7 to −15.1 | −4.3 to −5.9 (its bias² exceeds the human variance)
-# A_saving_matches_rho2_1-n_over_N_within_25pct (max |saving − ρ²(1 − n/N)| / ρ²(1 − n/N), scores with ρ² ≥ 0.2):
-#   A/cv               .099 .067 .093 .048 .081 | .134 .035 .023 .145 .089
-#   A/cv_random_score  683 2064 141 764 40400 | 1264 1821 253 1005 59110 (ρ² ≈ 1e-5, saving −0.005 to −0.024)
-#   A/human 1.0 on every seed
-# B_<evaluator>_cv_saves_at_least (mean over pairs of 1 − MSE_CV / MSE_H, n ≥ 100):
-#   B/fine-tuned       .201 .223 .225 .207 .220 | .204 .213 .244 .210 .227
-#   B/off-the-shelf    .042 .062 .027 .035 .050 | .036 .062 .026 .041 .048
-#   B/random_score     −.0034 −.0028 −.0030 −.0025 −.0031 | −.0017 −.0039 −.0029 −.0051 −.0037
-# B_<evaluator>_saving_matches_rho2_within (|saving − mean ρ²| / mean ρ²):
-#   B/fine-tuned       .039 .033 .033 .037 .020 | .006 .030 .006 .043 .026   (ρ² .209–.245)
-#   B/off-the-shelf    .121 .114 .180 .145 .085 | .180 .076 .138 .102 .165   (ρ² .030–.070)
-#   B/random_score     2.14 1.88 2.14 1.81 2.64 | 1.57 3.65 2.83 3.64 2.58   (ρ² .0015–.0032)
-# B_finetuning_raises_rho2_by_0.1 (mean ρ² − the off-the-shelf one's):
-#   B/fine-tuned       .161 .161 .200 .174 .170 | .161 .152 .215 .174 .164
-#   B/random_score     −.045 −.067 −.031 −.038 −.053 | −.041 −.066 −.029 −.044 −.055; B/off-the-shelf 0
-# Checks: synthetic bias 0.040–0.049; MSE at n = 400 over n = 20: CV 0.045–0.047 for both evaluators, and the human
-# mean 0.049–0.050 too (so "CV's MSE falls with n" is a check); ρ: off-the-shelf .169–.257, fine-tuned .451–.493;
-# the random score's ρ² .0015–.0032 (part B), ≤ 6e-5 (part A).
-_RANDOM_A = "CV with a random synthetic score (the ρ² ≈ 0.2 score with an independent latent, ρ ≈ 0)"
-_RANDOM_B = "CV with a random synthetic score (uniform, ρ ≈ 0) in the evaluator's place"
-
-
-def _saving_rel_err(r: Mapping[str, Any], arm: str) -> float:
-    return r[f"{arm}/saving_rel_err"]
-
+# Calibration: `OMP_NUM_THREADS=1 python calib.py 5 {quick,full}` (experiment.part_a / part_b on seeds 0-4; the run
+# uses 0-2; 2 torch threads gave the same numbers to the last digit on seeds 0-2). Per seed 0-4, full | quick:
+# B_finetuning_raises_saving_by_0.1 (fine-tuned CV saving − off-the-shelf CV saving, n ≥ 100):
+#   fine-tuned   .159 .162 .200 .173 .170 | .160 .151 .217 .174 .170
+#   more-shifted .007 −.009 −.003 −.009 .002 | .008 −.010 −.003 −.011 .003;  isotonic −.003 to −.001 | −.006 to .003
+#   random score −.046 −.065 −.030 −.037 −.051 | −.037 −.068 −.024 −.049 −.051;  off-the-shelf 0
+# task_needs_the_method_A (mean saving over scores and n ≥ 100): CV .226 .223 .214 .224 .225 | .217 .222 .222 .235
+#   .238; human 0; synthetic −4.6 to −3.6 | −2.2 to −1.6
+# task_needs_the_method_B (fine-tuned, saving at the largest n, 2,000 | 1,000): CV .213 .228 .238 .210 .218 | .180
+#   .214 .242 .224 .213; human 0; synthetic −2.3 to −7.1 | −0.5 to −2.7 (below n ≈ 500 its MSE is the lowest)
+# Reported (a stand-in passes; numbers in the headlines' diagnoses):
+# A_cv_saves_on_every_score (smallest saving, n ≥ 100): CV .050 .046 .051 .054 .048 | .025 .052 .015 .063 .049;
+#   stratified (exact) .069 .066 .063 .071 .070 (both); PPI −.36 to −.33; ratio −.30 to −.27; random −.015 to −.008
+# A_saving_matches_rho2 (signed relative error, ρ² ≥ 0.2): CV .075 .083 −.056 −.107 −.121 | −.091 −.233 .071 −.214
+#   .089; stratified .052 .043 .041 .050 .032 | .036 .027 .025 .034 .016; PPI −.50 to −.44; ratio −.31 to −.23
+# B_off-the-shelf_cv_saves (n ≥ 100): CV .045 .063 .029 .037 .050 | .037 .063 .027 .043 .051; stratified .054 .077
+#   .043 .053 .062 | .049 .074 .039 .058 .064; PPI −.108 to −.007; ratio −.161 to −.015
+# B_fine-tuned_saving_matches_rho2: CV −.025 −.025 −.019 −.028 −.023; PPI −.074 to −.043; ratio −.096 to −.058;
+#   stratified −.045 to −.005 (full; quick alike)
+# Checks: CV's |bias| ≤ 1.94 MC SE of the human mean (full), 2.0 (quick); fitting α̂ costs .005-.009 of mean saving
+# against the pool's α*; synthetic bias .040-.049; α* off-the-shelf .35-.50, fine-tuned .79-.87; MSE n_max / n_first
+# ≤ .02; random scores' ρ² ≤ .0032.
 
 CLAIMS = [
     Claim(
-        "A_cv_unbiased_within_4se",
-        lambda r, a: r[f"{a}/bias_in_se_max"],
-        at_most=4.0,
-        method="A/cv",
-        stand_ins={"A/synthetic": "the synthetic-only estimator in CV's place"},
-        text="|mean(p̂_CV) − p*| < 3·SE for n ≥ 100 (here: at most 4 SE over every score and n, a family of 9 cells)",
-    ),
-    Claim(
-        "A_cv_saves_at_least_0.02",
+        "A_cv_saves_on_every_score_at_least_0.02",
         lambda r, a: r[f"{a}/saving_min"],
         at_least=0.02,
         method="A/cv",
-        stand_ins={
-            "A/cv_random_score": _RANDOM_A,
-            "A/human": "the human-only mean in CV's place",
-            "A/synthetic": "the synthetic-only estimator in CV's place",
-        },
-        text="CV has a lower MSE than the human-only mean on every score and n ≥ 100 (weakest ρ² ≈ 0.06)",
+        **_estimator_kinds("A"),
+        asserted=False,
+        text="CV's MSE is below the human mean's on every score and n ≥ 100, the weakest at ρ² ≈ 0.06 and α* ≈ 0.3 "
+        "(reported: stratified sampling saves at least as much)",
     ),
     Claim(
-        "A_saving_matches_rho2_1-n_over_N_within_25pct",
-        lambda r, a: r[f"{a}/saving_rel_err_max"],
+        "A_saving_matches_rho2_within_25pct",
+        lambda r, a: r[f"{a}/saving_err"],
+        at_least=-0.25,
         at_most=0.25,
         method="A/cv",
-        stand_ins={"A/cv_random_score": _RANDOM_A, "A/human": "the human-only mean in CV's place"},
-        text="the empirical saving matches ρ²(1 − n/N) for n ≥ 100 (card: ±0.05 absolute, which a score with no "
-        "saving passes; here within 25 % on the scores with ρ² ≥ 0.2)",
-    ),
-    Claim(
-        "B_fine-tuned_cv_saves_at_least_0.1",
-        lambda r, a: r[f"{a}/saving_empirical"],
-        at_least=0.1,
-        method="B/fine-tuned",
-        stand_ins={"B/random_score": _RANDOM_B},
-        text="CV with the fine-tuned reward model needs fewer human labels than human-only evaluation (strictly)",
+        **_estimator_kinds("A"),
+        asserted=False,
+        text="the measured saving is ρ²(1 − n/N) within 25 % on the scores with ρ² ≥ 0.2 (signed relative error of "
+        "largest size; reported: stratified sampling's saving is within it too on some seeds)",
     ),
     Claim(
         "B_off-the-shelf_cv_saves_at_least_0.01",
-        lambda r, a: r[f"{a}/saving_empirical"],
+        lambda r, a: r[f"{a}/saving"],
         at_least=0.01,
-        method="B/off-the-shelf",
-        stand_ins={"B/random_score": _RANDOM_B},
-        text="CV with the off-the-shelf reward model needs fewer human labels than human-only evaluation (strictly)",
+        method="B/off-the-shelf/cv",
+        **_estimator_kinds("B", "off-the-shelf"),
+        asserted=False,
+        text="with the weak, biased off-the-shelf reward model (ρ² ≈ 0.05, α* ≈ 0.4) CV still needs fewer human "
+        "labels (reported: stratified sampling saves more)",
     ),
     Claim(
         "B_fine-tuned_saving_matches_rho2_within_15pct",
-        _saving_rel_err,
+        lambda r, a: r[f"{a}/saving_err"],
+        at_least=-0.15,
         at_most=0.15,
-        method="B/fine-tuned",
-        stand_ins={"B/random_score": _RANDOM_B},
-        text="the measured saving 1 − MSE_CV/MSE_H (n ≥ 100) matches the predicted mean ρ² (card: ±0.05 absolute)",
+        method="B/fine-tuned/cv",
+        **_estimator_kinds("B", "fine-tuned"),
+        asserted=False,
+        text="with the fine-tuned reward model the saving (n ≥ 100) is the mean ρ² within 15 % (reported: its α* ≈ "
+        "0.83 is near PPI's 1, so PPI, the ratio estimator and stratified sampling match it too)",
     ),
     Claim(
-        "B_off-the-shelf_saving_matches_rho2_within_30pct",
-        _saving_rel_err,
-        at_most=0.30,
-        method="B/off-the-shelf",
-        stand_ins={"B/random_score": _RANDOM_B},
-        text="the measured saving matches the predicted mean ρ² ≈ 0.05 (card: ±0.05 absolute, which a score with no "
-        "saving passes; α̂'s cost of about 0.005 is a tenth of this ρ²)",
-    ),
-    Claim(
-        "B_finetuning_raises_rho2_by_0.1",
-        lambda r, a: r[f"{a}/rho2_mean"] - r["B/off-the-shelf/rho2_mean"],
+        "B_finetuning_raises_saving_by_0.1",
+        lambda r, a: r[f"{a}/saving"] - r["B/off-the-shelf/cv/saving"],
         at_least=0.1,
-        method="B/fine-tuned",
-        stand_ins={
-            "B/off-the-shelf": "the off-the-shelf reward model in the fine-tuned one's place",
-            "B/random_score": _RANDOM_B,
+        method="B/fine-tuned/cv",
+        baselines={"B/off-the-shelf/cv": "the off-the-shelf reward model in the fine-tuned one's place"},
+        ablations={"B/more-shifted/cv": "as many more training steps on the off-the-shelf population, no arena label"},
+        alternatives={
+            "B/isotonic/cv": "the off-the-shelf scores recalibrated by isotonic regression on the same arena labels",
+            "B/random/cv": "a random score",
         },
-        text="the fine-tuned evaluator's mean ρ² is greater than the off-the-shelf one's (paper: 24.8 % vs 8.3 %)",
+        text="fine-tuning on human preferences that leave out the evaluated LLM raises CV's measured saving by ≥ 0.1",
     ),
 ]
+
 CHECKS = [
+    TaskCheck(
+        lambda r, a: r[f"{a}/saving_mean"],
+        method="A/cv",
+        heuristics={"A/human": "the human labels' mean", "A/synthetic": "the synthetic scores' mean"},
+        margin=0.1,
+        name="task_needs_the_method_A",
+        text="part A: CV's mean saving over the scores and n ≥ 100 is above both plain means'",
+    ),
+    TaskCheck(
+        lambda r, a: r[f"{a}/saving_at_nmax"],
+        method="B/fine-tuned/cv",
+        heuristics={"B/fine-tuned/human": "the human labels' mean",
+                    "B/fine-tuned/synthetic": "the fine-tuned reward model's mean score"},  # fmt: skip
+        margin=0.1,
+        name="task_needs_the_method_B",
+        text="part B at the largest n (the official grid's end): CV's saving beats the plain means' (below n ≈ 500 "
+        "the fine-tuned model's nearly unbiased mean has the lower MSE)",
+    ),
+    Check(
+        "A_cv_unbiased_within_4se",
+        lambda r: r["A/cv/bias_in_se_max"],
+        at_most=4.0,
+        text="|mean(p̂_CV) − p*| within 4 Monte-Carlo SE of the human mean, every score and n ≥ 100 (as the human "
+        "mean, PPI and stratified sampling are: unbiasedness is shared, so it is a check)",
+    ),
     Check(
         "A_synthetic_biased_by_0.02",
         lambda r: r["A/synthetic/abs_bias_min"],
         at_least=0.02,
         text="|mean(p̂_S) − p*| > 0.02: the synthetic scores are biased by construction",
     ),
-    *(
-        Check(
-            f"B_{name}_cv_mse_falls_tenfold_with_n",
-            lambda r, name=name: r[f"B/{name}/cv_mse_last"] / r[f"B/{name}/cv_mse_first"],
-            at_most=0.1,
-            text="CV's MSE falls like 1/n (20x the labels); the human-only mean's does too",
-        )
-        for name in ("off-the-shelf", "fine-tuned")
+    Check(
+        "A_fitted_alpha_costs_at_most_0.03",
+        lambda r: r["A/cv_oracle_alpha/saving_mean"] - r["A/cv/saving_mean"],
+        at_most=0.03,
+        text="fitting α̂ on the same n labels costs at most 0.03 of saving against the pool's α* (the oracle)",
     ),
     *(
         Check(
-            f"B_{name}_rho_positive",
-            lambda r, name=name: r[f"B/{name}/rho_mean"],
+            f"B_{ev}_scores_oriented",
+            lambda r, ev=ev: r[f"B/{ev}/cv/alpha_star"],
             at_least=0.1,
-            text="orientation: ẑ is the probability that A wins (a flipped score keeps CV unbiased but saves nothing)",
+            text="orientation: ẑ is the probability that A wins (a flipped score keeps CV unbiased, saves nothing)",
         )
-        for name in ("off-the-shelf", "fine-tuned")
+        for ev in ("off-the-shelf", "fine-tuned")
+    ),
+    Check(
+        "B_cv_mse_falls_tenfold_with_n",
+        lambda r: max(r[f"B/{ev}/cv/mse_last"] / r[f"B/{ev}/cv/mse_first"] for ev in ("off-the-shelf", "fine-tuned")),
+        at_most=0.1,
+        text="CV's MSE falls like 1/n over the grid (the human mean's does too)",
     ),
     Check(
         "random_scores_uninformative",
-        lambda r: max(r["B/random_score/rho2_mean"], r["A/cv_random_score/random/rho2"]),
+        lambda r: max(r["B/random/cv/rho2"], r["A/cv_random_score/random/rho2"]),
         at_most=0.01,
         text="the random-score stand-ins carry no signal (ρ² of a random score over 400 pairs is about 1/400)",
     ),
 ]
 
+HEADLINES = [
+    Headline(
+        "unbiased_and_cheaper",
+        "Control Variates Evaluation is unbiased and needs fewer human labels than human-only evaluation, also with "
+        "an off-the-shelf evaluator; the synthetic-only estimate keeps its bias",
+        claims=["A_cv_saves_on_every_score_at_least_0.02", "B_off-the-shelf_cv_saves_at_least_0.01"],
+        paper="CV's MSE → 0 beside the synthetic line flat at its bias²; savings up to 12.2 % off-the-shelf",
+        diagnosis=(
+            "Holds against the paper's baselines, PPI and the ratio estimator: CV saves 0.046-0.054 of the human-only "
+            "MSE on the weakest score (ρ² ≈ 0.06, α* ≈ 0.28) and 0.03-0.06 with the off-the-shelf reward model (full "
+            "run, seeds 0-4), where PPI and the ratio estimator lose to the human mean (−0.33 to −0.38; off-the-shelf "
+            "down to −0.16) and the synthetic mean stays biased (0.04-0.05). But stratified human sampling on the "
+            "score's quintiles, nothing fitted, saves more on every seed (weakest score 0.063-0.071, off-the-shelf "
+            "0.043-0.077), so here the claim does not single out CV. Not the code: the official "
+            "ControlVariatesEvaluatorV4 on the same tiny-arena pools saves 0.044 off-the-shelf and 0.208 fine-tuned "
+            "where the zoo saves 0.045 and 0.204 (docs/papers/cv-winrate.md). The sweep (zoo reproduce cv-winrate "
+            "--diagnose, figure below): CV's gap to stratification is α̂'s fitting cost (0.03 at n = 50), which "
+            "closes by n = 1,000, on top of the link: stratification saves the share of Var(z) between the quintiles "
+            "(0.210), CV saves ρ² (0.206 on the toy's logistic score; 0.22 on a calibrated score, where CV draws "
+            "level with stratification at n = 1,000: 0.216 against 0.210)."
+        ),
+    ),
+    Headline(
+        "saving_is_rho2",
+        "The saving is ρ², predictable from the human–synthetic correlation alone: the human MSE curve shifted by "
+        "1 − ρ² lies on CV's",
+        claims=["A_saving_matches_rho2_within_25pct", "B_fine-tuned_saving_matches_rho2_within_15pct"],
+        paper="saving = mean ρ² over model pairs (saving.json)",
+        diagnosis=(
+            "CV's saving is ρ² as the paper says (signed relative error −0.12 to +0.08 in part A, −0.03 to −0.02 with "
+            "the fine-tuned model, −0.15 to −0.07 off-the-shelf; full run, seeds 0-4), and PPI and the ratio "
+            "estimator miss it wherever α* is far from 1 (part A −0.50 to −0.23). But stratified sampling's saving "
+            "lies in the same band (part A +0.03 to +0.05, fine-tuned −0.05 to −0.01), and with the fine-tuned model "
+            "(α* ≈ 0.83) so do PPI's and the ratio estimator's: the claim is not specific to CV here. The cause is "
+            "the setting, not the code (the official evaluator gives the same savings): stratification saves η², the "
+            "share of Var(z) between score quintiles, which equals ρ² within 0.004 on these scores; the sweep shows "
+            "them apart only where the link is straight (calibrated scores: ρ² 0.22 against η² 0.21)."
+        ),
+    ),
+    Headline(
+        "finetuning_raises_saving",
+        "Fine-tuning the evaluator on human preferences that leave out the evaluated LLM raises the saving",
+        claims=["B_finetuning_raises_saving_by_0.1"],
+        paper="24.8 % vs 8.3 % (Skywork-8B on Chatbot Arena)",
+    ),
+]
+
 
 def run(quick: bool = False, out: Path | str | None = None) -> dict[str, Any]:
-    """Run parts A and B on each seed, print the tables and the claims; with ``out`` write ``cv-winrate.json`` and
-    ``cv-winrate.png``.
+    """Run parts A and B on seeds 0-2, print the tables, the claims and the verdict; with ``out`` write
+    ``cv-winrate.json``, ``.png``, ``.claims.md`` and ``.verdict.md``.
 
-    ``quick``: fewer replicates, budgets and folds; full: the card's sizes.
+    ``quick``: fewer replicates, budgets and folds (about a minute); full: the card's sizes (a few minutes).
 
     Returns:
-        flat results (``A/<arm>/...``, ``B/<arm>/...``, per seed and mean) plus the verdicts (``claims/...``,
-        ``checks/...``, ``values/...``).
+        flat results (``A/<arm>/...``, ``B/<evaluator>/<estimator>/...``, per seed and mean) plus the verdicts.
     """
     start = time.perf_counter()
-    seeds = QUICK_SEEDS if quick else FULL_SEEDS
 
     def arm(name: str, seed: int) -> Mapping[str, float]:
-        return _part_a(seed, quick)[name] if name.startswith("A/") else _part_b(seed, quick)[0][name]
+        return part_a(seed, quick)[name] if name.startswith("A/") else part_b(seed, quick)[0][name]
 
     try:
-        r = run_arms([*A_ARMS, *B_ARMS], seeds, arm, log=None)
-        curves = {key: torch.tensor([_part_b(s, quick)[1][key] for s in seeds]).mean(0).tolist()
-                  for key in _part_b(seeds[0], quick)[1]}  # fmt: skip
+        r = run_arms([*A_ARMS, *B_ARMS], SEEDS, arm, log=None)
+        per_seed = [part_b(s, quick)[1] for s in SEEDS]
+        curves = {key: torch.tensor([c[key] for c in per_seed]).mean(0).tolist() for key in per_seed[0]}
     finally:
-        _part_a.cache_clear()
-        _part_b.cache_clear()
-    n_grid = _b_sizes(quick)[1]
-    r["B/n_first"], r["B/n_last"] = float(n_grid[0]), float(n_grid[-1])
+        part_a.cache_clear()
+        part_b.cache_clear()
+    n_grid = b_sizes(quick)[1]
     r["seconds"] = time.perf_counter() - start
-    budgets = _a_sizes(quick)[1]
+    budgets = a_sizes(quick)[1]
     tables = [
         arm_table(
             r,
-            ["A/cv", "A/cv_random_score", "A/human", "A/synthetic"],
-            ["bias_in_se_max", "saving_min", "saving_rel_err_max"],
-            f"Part A: N = {POOL:,} simulated pairs, subsets without replacement, seeds {list(seeds)}; "
-            f"over n ≥ {JUDGED}: max |bias| / CV's Monte-Carlo SE, min saving (1 − MSE / MSE_human), max relative error of the saving "
-            "against ρ²(1 − n/N) on the scores with ρ² ≥ 0.2",
+            list(A_ARMS),
+            ["saving_min", "saving_mean", "saving_err", "bias_in_se_max"],
+            f"Part A: N = {POOL:,} simulated pairs, n in {list(budgets)} drawn without replacement, seeds "
+            f"{list(SEEDS)}; over n ≥ {JUDGED}: smallest and mean saving (1 − MSE / MSE_human) over the scores, the "
+            "signed relative error of the saving against ρ²(1 − n/N) (scores with ρ² ≥ 0.2), max |bias| in MC SE",
             fmt="{:.4g}",
         ),
         arm_table(
             r,
-            [f"cv/noise{x}" for x in NOISES] + ["cv_random_score/random"],
-            ["rho2"] + [f"n{n}/{kind}" for n in budgets for kind in ("saving", "saving_predicted")],
-            "Part A: CV's measured saving per score and n, and the predicted ρ²(1 − n/N)",
-            labels={**{f"cv/noise{x}": f"CV, score noise {x}" for x in NOISES}, "cv_random_score/random": "CV, random"},
+            [f"{e}" for e in ("cv", "ppi", "stratified")],
+            [f"noise{x}/n{budgets[-1]}/{k}" for x in NOISES for k in ("saving", "saving_predicted")],
+            f"Part A at n = {budgets[-1]}: saving per score (noise 2.5 / 1.2 / 0.6: ρ² ≈ 0.06 / 0.21 / 0.41, α* ≈ "
+            "0.28 / 0.60 / 0.94) and the predicted ρ²(1 − n/N)",
             prefix="A/",
         ),
         arm_table(
             r,
             list(B_ARMS),
-            ["rho2_mean", "saving_empirical", "saving_rel_err", "human_mse_last", "synthetic_mse_last", "cv_mse_last"],
-            f"Part B: tiny arena, bootstrap MSE averaged over held-out LLMs and model pairs (n = {n_grid[-1]} for the "
-            f"MSEs; saving over n ≥ {JUDGED}), seeds {list(seeds)}",
+            ["rho2", "alpha_star", "saving", "saving_err", "saving_at_nmax", "mse_last"],
+            f"Part B: tiny arena, official bootstrap (n up to {n_grid[-1]}), means over held-out LLMs and model pairs, "
+            f"seeds {list(SEEDS)}; saving over n ≥ {JUDGED} and at n = {n_grid[-1]}",
             fmt="{:.4g}",
         ),
     ]
     return conclude(
-        "cv-winrate", r, CLAIMS, CHECKS, out=out, plot=lambda res, path: _plot(n_grid, curves, res, path), tables=tables
+        "cv-winrate",
+        r,
+        CLAIMS,
+        CHECKS,
+        out=out,
+        plot=lambda res, path: _plot(n_grid, curves, res, path),
+        tables=tables,
+        headlines=HEADLINES,
     )
 
 
@@ -424,24 +340,87 @@ def _plot(n: list[int], c: dict[str, list[float]], r: Mapping[str, Any], path: P
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
     for ax, name in zip(axes, ("off-the-shelf", "fine-tuned")):
-        s = r[f"B/{name}/rho2_mean"]
-        ax.plot(n, c[f"{name}/human"], "o-", label="human only")
-        ax.plot(n, c[f"{name}/synthetic"], "--", label="synthetic only (bias²)")
-        ax.plot(n, c[f"{name}/cv"], "s-", label="control variates")
-        ax.plot(n, c["random_score/cv"], "x:", color="tab:red", alpha=0.6, label="CV with a random score")
+        s = r[f"B/{name}/cv/rho2"]
+        ax.plot(n, c[f"{name}/human"], "o-", color="black", label="human only")
+        ax.plot(n, c[f"{name}/synthetic"], "--", color="tab:grey", label="synthetic only (bias²)")
+        ax.plot(n, c[f"{name}/cv"], "s-", color="tab:blue", label="control variates")
+        ax.plot(n, c[f"{name}/ppi"], "^-", color="tab:orange", alpha=0.8, label="PPI (α = 1)")
+        ax.plot(n, c[f"{name}/stratified"], "d-", color="tab:green", alpha=0.8, label="stratified sampling (quintiles)")
+        ax.plot(n, c["random/cv"], "x:", color="tab:red", alpha=0.6, label="CV with a random score")
         ax.plot([v * (1 - s) for v in n], c[f"{name}/human"], ":", color="grey",
                 label=f"human, n shifted by 1 − ρ² ({s:.2f})")  # fmt: skip
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xticks([v for v in (20, 50, 100, 200, 400) if n[0] <= v <= n[-1]], minor=False)
         ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
-        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
         ax.set_xlabel("human labels n")
-        ax.set_title(f"{name} reward model (mean over seeds)")
+        ax.set_title(f"{name} reward model: α* {r[f'B/{name}/cv/alpha_star']:.2f} (mean over seeds)")
     axes[0].set_ylabel("MSE of the win rate")
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+# --- diagnosis -----------------------------------------------------------------------------------------------------
+
+LINKS = ("logistic", "calibrated")
+
+
+def _diagnosis_cell(link: str, n: int, seed: int, reps: int) -> dict[str, float]:
+    """Savings of CV, PPI and stratified sampling on one part A pool (ρ² ≈ 0.2) with the given link, at budget n."""
+    z, z_hat = simulate_feedback(POOL, NOISES[1], seed=seed, link=link)  # type: ignore[arg-type]
+    rho2, alpha_star = pool_stats(z, z_hat)
+    p_star = float(z.mean())
+    est = a_draws(z, z_hat, n, reps, alpha_star, torch.Generator().manual_seed(seed * 7919 + n))
+    mse_human = float((est["human"] - p_star).square().mean())
+    out = {"rho2": rho2 * (1 - n / POOL), "alpha_star": alpha_star}
+    for e in ("cv", "ppi"):
+        out[f"{e}/saving"] = 1 - float((est[e] - p_star).square().mean()) / mse_human
+    # stratified sampling's exact saving: the share of Var(z) between the score's quintiles (η²), less the finite pool
+    human = float(z.var()) / n * (1 - n / POOL)
+    out["stratified/saving"] = 1 - stratified_variance(z, z_hat, n, STRATA, replace=False) / human
+    return out
+
+
+def diagnose(quick: bool = False, out: Path | str | None = None) -> dict[str, Any]:
+    """Why CV's saving claims do not single out CV here: a sweep over the human budget n and the score's link.
+
+    On part A's ρ² ≈ 0.2 score, for n in (50, 200, 1,000) (quick: 50, 200) and two links, the toy's miscalibrated
+    logistic score and the calibrated score E[z | s] (a straight link with α* = 1): the savings of CV and PPI (Monte
+    Carlo, on the same subsets) and of stratified sampling (exact: the share of Var(z) between the score's quintiles)
+    beside ρ²(1 − n/N). Stratified sampling sees only the score's rank, so both links give it the same saving; CV's
+    and PPI's follow how straight the link is. Writes ``cv-winrate.diagnose.json`` / ``.png`` with ``out``.
+    """
+    budgets = (50, 200) if quick else (50, 200, 1000)
+    reps = 500 if quick else 2000
+    sizes = [f"{link}/n{n}" for link in LINKS for n in budgets]
+
+    def cell(size: str, seed: int) -> dict[str, float]:
+        link, n = size.split("/n")
+        return _diagnosis_cell(link, int(n), seed, reps)
+
+    r = run_arms(sizes, SEEDS, cell, log=print)
+
+    def plot(res: Mapping[str, Any], path: Path) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        series = {"CV": "{size}/cv/saving", "PPI (α = 1)": "{size}/ppi/saving",
+                  "stratified sampling (quintiles, exact)": "{size}/stratified/saving",
+                  "ρ²(1 − n/N)": "{size}/rho2"}  # fmt: skip
+        fig, axes = plt.subplots(1, len(LINKS), figsize=(6.5 * len(LINKS), 4), sharey=True)
+        for ax, link in zip(axes, LINKS):
+            plot_sweep(ax, res, [f"{link}/n{n}" for n in budgets], budgets, series, "human labels n",
+                       "saving over the human mean", title=f"{link} score (ρ² ≈ 0.2)", log_x=True)  # fmt: skip
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+
+    table = arm_table(r, sizes, ["rho2", "alpha_star", "cv/saving", "ppi/saving",
+                                 "stratified/saving"], "Diagnosis: savings by link and budget, seeds "
+                      f"{list(SEEDS)} ({reps} subsets per cell)", fmt="{:.4f}")  # fmt: skip
+    return conclude("cv-winrate.diagnose", r, out=out, plot=plot, tables=[table])
