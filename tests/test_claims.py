@@ -249,3 +249,12 @@ def test_conclude_writes_the_verdict_table_with_headlines(tmp_path: Path) -> Non
     assert "| CV saves labels. | reproduced |" in (tmp_path / "toy.verdict.md").read_text()
     conclude("plain", dict(_SAVINGS), [_kinded()], out=tmp_path, console=None)
     assert not (tmp_path / "plain.verdict.md").exists()
+
+
+def test_verdicts_ignore_passing_stand_ins_of_reported_claims() -> None:
+    """Check that a reported claim's passing stand-in is not listed (it is why the claim is reported), while an
+    asserted claim's is."""
+    r = {"cv/saving": 0.2, "human/saving": 0.0, "ppi/saving": 0.3, "rand/saving": 0.0, "strat/saving": 0.0}
+    reported = evaluate(r, [_kinded(asserted=False)])
+    assert verdicts(reported)["stand_ins_passed"] == []
+    assert verdicts(evaluate(r, [_kinded()]))["stand_ins_passed"] == ["saves_at_least_0.1/ppi"]

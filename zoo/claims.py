@@ -361,14 +361,17 @@ def evaluate(
 
 
 def verdicts(results: Mapping[str, Any]) -> dict[str, list[str]]:
-    """What failed in evaluated results: ``{"claims": [...], "stand_ins_passed": [...], "checks": [...]}``.
+    """What failed in evaluated results: ``{"claims": [...], "stand_ins_passed": [...], "checks": [...]}`` (stand-ins
+    of asserted claims only).
 
     A claim with no ``rejects/`` entry is listed under ``"no_stand_in"``: the contract tests require one.
     """
     claims = [k[7:] for k in results if k.startswith("claims/")]
+    passed = [k[8:] for k, v in results.items() if k.startswith("rejects/") and v != 1.0]
     return {
         "claims": [n for n in claims if results[f"claims/{n}"] != 1.0],
-        "stand_ins_passed": [k[8:] for k, v in results.items() if k.startswith("rejects/") and v != 1.0],
+        # a reported claim may have stand-ins that pass (that is why it is reported); asserted ones may not
+        "stand_ins_passed": [k for k in passed if any(k.startswith(f"{n}/") for n in claims)],
         "checks": [k[7:] for k, v in results.items() if k.startswith("checks/") and v != 1.0],
         "no_stand_in": [n for n in claims if not any(k.startswith(f"rejects/{n}/") for k in results)],
     }

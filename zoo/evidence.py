@@ -283,11 +283,13 @@ def recorded_verdict(slug: str, folder: Path | str | None = None) -> str | None:
     if record is None:
         return None
     results, meta = record
+    threads = meta["torch_threads"]
     table = verdict_markdown(results, module.HEADLINES, module.CLAIMS, getattr(module, "CHECKS", ()))
     how = (
-        f"From the full run `{meta['command']}` of {meta['finished']} (commit {meta.get('commit') or 'unknown'}, "
-        f"{meta['seconds']:.0f} s, {meta['cpu_count']} cores, {meta['torch_threads']} torch threads). Verdicts are "
-        "judged at this scale: the method beside the stand-in of each kind that came closest to the claim's bound "
+        f"From the full run `{meta['command']}` of {meta['finished']} "
+        f"(commit {meta.get('commit') or 'unknown'}, "
+        f"{meta['seconds']:.0f} s, {meta['cpu_count']} cores, {threads} torch thread{'s' * (threads != 1)}). "
+        "Verdicts are judged at this scale: the method beside the stand-in of each kind that came closest to the claim's bound "
         "(x: it misses the bound, !: it passes too)."
     )
     return f"{how}\n\n{table}"

@@ -231,17 +231,17 @@ HEADLINES = [
         paper="CV's MSE → 0 beside the synthetic line flat at its bias²; savings up to 12.2 % off-the-shelf",
         diagnosis=(
             "Holds against the paper's baselines, PPI and the ratio estimator: CV saves 0.046-0.054 of the human-only "
-            "MSE on the weakest score (ρ² ≈ 0.06, α* ≈ 0.28) and 0.03-0.06 with the off-the-shelf reward model (full "
-            "run, seeds 0-4), where PPI and the ratio estimator lose to the human mean (−0.33 to −0.38; off-the-shelf "
-            "down to −0.16) and the synthetic mean stays biased (0.04-0.05). But stratified human sampling on the "
-            "score's quintiles, nothing fitted, saves more on every seed (weakest score 0.063-0.071, off-the-shelf "
-            "0.043-0.077), so here the claim does not single out CV. Not the code: the official "
-            "ControlVariatesEvaluatorV4 on the same tiny-arena pools saves 0.044 off-the-shelf and 0.208 fine-tuned "
-            "where the zoo saves 0.045 and 0.204 (docs/papers/cv-winrate.md). The sweep (zoo reproduce cv-winrate "
-            "--diagnose, figure below): CV's gap to stratification is α̂'s fitting cost (0.03 at n = 50), which "
-            "closes by n = 1,000, on top of the link: stratification saves the share of Var(z) between the quintiles "
-            "(0.210), CV saves ρ² (0.206 on the toy's logistic score; 0.22 on a calibrated score, where CV draws "
-            "level with stratification at n = 1,000: 0.216 against 0.210)."
+            "MSE on the weakest score (ρ² ≈ 0.06, α* ≈ 0.28) and 0.03-0.06 with the off-the-shelf reward model "
+            "(full-size calibration, seeds 0-4), where PPI and the ratio estimator lose to the human mean (−0.33 to "
+            "−0.38; off-the-shelf down to −0.16) and the synthetic mean stays biased (0.04-0.05). But stratified "
+            "human sampling on the score's quintiles, nothing fitted, saves more on every seed (weakest score "
+            "0.063-0.071, off-the-shelf 0.043-0.077), so here the claim does not single out CV. Not the code: the "
+            "official ControlVariatesEvaluatorV4 on the same tiny-arena pools saves 0.044 off-the-shelf and 0.208 "
+            "fine-tuned where the zoo saves 0.045 and 0.204 (docs/papers/cv-winrate.md). The sweep (zoo reproduce "
+            "cv-winrate --diagnose, figured on the paper's page): CV's gap to stratification is α̂'s fitting cost "
+            "(0.03 at n = 50), which closes by n = 1,000, on top of the link: stratification saves the share of "
+            "Var(z) between the quintiles (0.210), CV saves ρ² (0.206 on the toy's logistic score; 0.22 on a "
+            "calibrated score, where CV draws level with stratification at n = 1,000: 0.216 against 0.210)."
         ),
     ),
     Headline(
@@ -252,13 +252,13 @@ HEADLINES = [
         paper="saving = mean ρ² over model pairs (saving.json)",
         diagnosis=(
             "CV's saving is ρ² as the paper says (signed relative error −0.12 to +0.08 in part A, −0.03 to −0.02 with "
-            "the fine-tuned model, −0.15 to −0.07 off-the-shelf; full run, seeds 0-4), and PPI and the ratio "
-            "estimator miss it wherever α* is far from 1 (part A −0.50 to −0.23). But stratified sampling's saving "
-            "lies in the same band (part A +0.03 to +0.05, fine-tuned −0.05 to −0.01), and with the fine-tuned model "
-            "(α* ≈ 0.83) so do PPI's and the ratio estimator's: the claim is not specific to CV here. The cause is "
-            "the setting, not the code (the official evaluator gives the same savings): stratification saves η², the "
-            "share of Var(z) between score quintiles, which equals ρ² within 0.004 on these scores; the sweep shows "
-            "them apart only where the link is straight (calibrated scores: ρ² 0.22 against η² 0.21)."
+            "the fine-tuned model, −0.15 to −0.07 off-the-shelf; full-size calibration, seeds 0-4), and PPI and the "
+            "ratio estimator miss it wherever α* is far from 1 (part A −0.50 to −0.23). But stratified sampling's "
+            "saving lies in the same band (part A +0.03 to +0.05, fine-tuned −0.05 to −0.01), and with the fine-tuned "
+            "model (α* ≈ 0.83) so do PPI's and the ratio estimator's: the claim is not specific to CV here. The cause "
+            "is the setting, not the code (the official evaluator gives the same savings): stratification saves η², "
+            "the share of Var(z) between score quintiles, which equals ρ² within 0.004 on these scores; the sweep "
+            "shows them apart only where the link is straight (calibrated scores: ρ² 0.22 against η² 0.21)."
         ),
     ),
     Headline(
