@@ -121,6 +121,36 @@ class ZooCLI(LightningCLI):
             from zoo import hub
 
             self._pretrained_folder = hub.find(pretrained)
+        self._link_data_to_model()
+
+    def _link_data_to_model(self) -> None:
+        """Set the model's init args that its class takes from the data (``DATA_LINKS``: init arg -> DataModule
+        attribute after ``setup``), e.g. RCSC's view widths and cluster count from a ``.mat`` file, so one data flag
+        is enough. A DataModule init arg of the same name gets the same value (Lightning refuses to log hyperparameters
+        that differ between the two). A value given for the model that the data contradicts is replaced, with a note.
+        """
+        from jsonargparse import Namespace
+
+        from zoo.registry import import_object
+
+        prefix = f"{self.subcommand}." if self.subcommand else ""
+        model, data = self.config.get(f"{prefix}model"), self.config.get(f"{prefix}data")
+        if not isinstance(model, Namespace) or not isinstance(data, Namespace) or not model.get("class_path"):
+            return
+        links = getattr(import_object(model.class_path), "DATA_LINKS", None)
+        if not links:
+            return
+        data_args = dict(data.get("init_args") or {})
+        dm = import_object(data.class_path)(**data_args)
+        dm.setup("fit")
+        for arg, attribute in links.items():
+            value = getattr(dm, attribute)
+            given = model.init_args.get(arg)
+            if given is not None and given != value:
+                print(f"Note: model.init_args.{arg} set to {value} from the data (the config said {given})")
+            self.config[f"{prefix}model.init_args.{arg}"] = value
+            if arg in data_args:
+                self.config[f"{prefix}data.init_args.{arg}"] = value
 
     def instantiate_classes(self) -> None:
         super().instantiate_classes()

@@ -17,6 +17,7 @@ from torchmetrics.clustering import (
     NormalizedMutualInfoScore,
 )
 
+from zoo.arguments import check_range
 from zoo.models.rcsc import solver as S
 from zoo.module import ZooModule
 
@@ -30,7 +31,7 @@ class RCSCModule(ZooModule):
     Example:
         >>> from lightning import Trainer
         >>> from datamodules.multiview import MultiViewDataModule
-        >>> dm = MultiViewDataModule(n_per=20, n_clusters=3, noise_dim=30)
+        >>> dm = MultiViewDataModule(source="synthetic", n_per=20, n_clusters=3, noise_dim=30)
         >>> model = RCSCModule(view_dims=[10, 15, 30], n_clusters=3, n_anchors=9, warmup=3, max_iter=8)
         >>> trainer = Trainer(max_epochs=8, logger=False, enable_checkpointing=False, enable_progress_bar=False,
         ...                   enable_model_summary=False, limit_val_batches=0)
@@ -39,23 +40,34 @@ class RCSCModule(ZooModule):
         True
     """
 
+    # zoo fit takes these from the DataModule after its setup (ZooCLI): a .mat file sets them with no model flag
+    DATA_LINKS = {"view_dims": "view_dims", "n_clusters": "n_clusters"}
+
     def __init__(self, view_dims: list[int], n_clusters: int, n_anchors: int | None = None,
                  latent_dim: int | None = None, lam: float = 1.0, beta: float = 1.0, max_iter: int = 50,
-                 tol: float = 1e-3, warmup: int = 10, inner: int = 20, partition: Literal["onepass", "spectral"] = "onepass",
-                 temperature: float = 1.0, seed: int = 0) -> None:
+                 tol: float = 1e-3, warmup: int = 10, inner: int = 20,
+                 partition: Literal["onepass", "spectral"] = "onepass",
+                 temperature: float = 1.0, seed: int = 0, view_scale: Literal["unit", "mapstd"] = "unit") -> None:
         super().__init__()
+        if not isinstance(view_dims, (list, tuple)) or not view_dims:
+            raise ValueError(f"Expected argument `view_dims` to be a non-empty list of view widths, but got "
+                             f"{view_dims!r}.")  # fmt: skip
+        for i, d in enumerate(view_dims):
+            check_range(f"view_dims[{i}]", d, low=1, integer=True)
         self.save_hyperparameters()
         self.automatic_optimization = False
         self.solver = S.RCSC(n_clusters, n_anchors, latent_dim, lam, beta, max_iter, tol, warmup, inner, partition,
-                             temperature, seed)
+                             temperature, seed, view_scale)
         m, d, K = self.solver.m, self.solver.d, n_clusters
         self.register_buffer("A", torch.zeros(d, m, dtype=torch.float64))
         self.register_buffer("C", torch.zeros(m, K, dtype=torch.float64))
         self.register_buffer("alpha", torch.full((len(view_dims),), 1.0 / len(view_dims), dtype=torch.float64))
+        self.register_buffer("fitted", torch.zeros((), dtype=torch.bool))
         for i, dv in enumerate(view_dims):
             self.register_buffer(f"W{i}", torch.zeros(dv, d, dtype=torch.float64))
             self.register_buffer(f"mean{i}", torch.zeros(dv, dtype=torch.float64))
             self.register_buffer(f"std{i}", torch.ones(dv, dtype=torch.float64))
+            self.register_buffer(f"scale{i}", torch.ones((), dtype=torch.float64))
         self.state: S.RCSCState | None = None
         self.history: list[float] = []
         self.rounds = 0
@@ -76,17 +88,19 @@ class RCSCModule(ZooModule):
     def _standardised(self, views: list[Tensor]) -> list[Tensor]:
         """``d_v x n`` views standardised with the statistics of the training data (kept as buffers)."""
         self._check(views)
-        return [((v.double() - getattr(self, f"mean{i}")) / getattr(self, f"std{i}")).T for i, v in enumerate(views)]
+        return [((v.double() - getattr(self, f"mean{i}")) / getattr(self, f"std{i}") * getattr(self, f"scale{i}")).T
+                for i, v in enumerate(views)]  # fmt: skip
 
     def training_step(self, batch: tuple[list[Tensor], Tensor], batch_idx: int) -> Tensor:
         views, _ = batch
         if self.state is None:  # first round: statistics, checks and the card's initialisation (or a resumed state)
             self._check(views)
-            for i, v in enumerate(views):
-                getattr(self, f"mean{i}").copy_(v.double().mean(0))
-                getattr(self, f"std{i}").copy_(v.double().std(0).clamp_min(1e-12))
             self.solver.device = self.A.device
             self.X = self.solver.prepare(views)
+            for i, (v, c) in enumerate(zip(views, self.solver.view_scales(views))):
+                getattr(self, f"mean{i}").copy_(v.double().mean(0))
+                getattr(self, f"std{i}").copy_(v.double().std(0).clamp_min(1e-12))
+                getattr(self, f"scale{i}").fill_(c)
             if self._resumed is not None:
                 self.state, self.history, self.rounds = self._restore(self._resumed)
                 self._resumed = None
@@ -100,10 +114,11 @@ class RCSCModule(ZooModule):
         last = self.solver.should_stop(self.state, self.rounds - 1)
         self._sync(final=last)
         rel = abs(prev - obj) / max(abs(prev), 1e-12)
-        self.log_dict({"objective": obj, "rel_change": rel}, prog_bar=True)
-        self.log_dict({f"alpha/{i}": float(a) for i, a in enumerate(self.state.alpha)})
-        if last:
-            self.trainer.should_stop = True
+        if self._trainer is not None:
+            self.log_dict({"objective": obj, "rel_change": rel}, prog_bar=True)
+            self.log_dict({f"alpha/{i}": float(a) for i, a in enumerate(self.state.alpha)})
+            if last:
+                self.trainer.should_stop = True
         return torch.tensor(obj)
 
     def _sync(self, final: bool = False) -> None:
@@ -119,6 +134,7 @@ class RCSCModule(ZooModule):
             g = torch.as_tensor(self.solver.labels(s), dtype=torch.long) if final else s.G
             self.labels_ = g
             self.C.copy_(S.cluster_means(s.Z, g.to(s.Z.device), self.hparams.n_clusters))
+            self.fitted.fill_(True)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """The solver's whole state (Z, G, C, the objective history, the round), so that ``--ckpt_path last`` resumes
@@ -149,8 +165,32 @@ class RCSCModule(ZooModule):
         return state, list(saved["history"]), int(saved["rounds"])
 
     @torch.no_grad()
+    def fit_views(self, views: list[Tensor]) -> RCSCModule:
+        """Fit on ``[n, d_v]`` views without a Trainer (every round until the stop rule); returns ``self``.
+
+        Example:
+            >>> from zoo.datamodules.multiview import synthetic_views
+            >>> views, y = synthetic_views(n_per=20, n_clusters=3, noise_dim=10)
+            >>> model = RCSCModule(view_dims=[10, 15, 10], n_clusters=3, n_anchors=9, warmup=2, max_iter=6)
+            >>> model.fit_views(views).cluster(views).shape
+            torch.Size([60])
+        """
+        self.state, self.rounds = None, 0
+        while True:
+            self.training_step((views, torch.zeros(len(views[0]), dtype=torch.long)), 0)
+            if self.solver.should_stop(self.state, self.rounds - 1):
+                return self
+
+    @torch.no_grad()
     def cluster(self, views: list[Tensor]) -> Tensor:
-        """Labels of (possibly new) samples: the simplex QP with W, A fixed, then the nearest centroid in C."""
+        """Labels of (possibly new) samples: the simplex QP with W, A fixed, then the nearest centroid in C.
+
+        Raises:
+            RuntimeError: the model was never fitted (its centroids are zeros: every sample would get label 0).
+        """
+        if not bool(self.fitted):
+            raise RuntimeError("RCSCModule has not been fitted: fit it first (zoo fit -c conf/rcsc.yaml, or "
+                               "Trainer.fit), or load fitted weights with zoo.load('rcsc').")  # fmt: skip
         X = self._standardised(views)
         W = [getattr(self, f"W{i}") for i in range(len(X))]
         Z = S.encode(X, W, self.A, self.alpha, self.hparams.lam)

@@ -1,52 +1,47 @@
-"""``zoo reproduce rcsc``: RCSC against SMVSC, k-means, a dense spectral baseline and two stand-ins (card §5).
+"""``zoo reproduce rcsc``: does RCSC cluster multi-view data better, and cheaper, than what it competes with?
 
-The RCSC card's §5 experiment with its review notes, on the card's synthetic views (``synthetic_views`` defaults:
-K = 5 clusters of 300 points, views of 10 and 15 dimensions, 10 % gross corruption in view 1, a 200-d pure-noise
-view), per seed (the data seed is the solver's seed), in plain loops over the pure-torch solver:
+No official code exists: RCSC is the card's reconstruction (P), SMVSC's objective plus a one-pass partition term,
+solved by ``solver.RCSC`` with each view scaled to equal energy. The task (``unequal_views``, n = 1,500, K = 5):
+a good view with 10 % gross corruption, a weak view, a redundant copy of the good one, and a 1,000-d pure-noise view,
+so that no single view suffices and a per-feature concatenation drowns in noise. Every arm sees the same views:
 
-* **rcsc**: the card's reconstruction (P), m = 3K anchors, d = K, λ = 1, β = 1, 10 warm-up rounds with β = 0, then
-  the one-pass partition (labels = G);
-* **smvsc**: β = 0 with SMVSC's spectral post-processing (all m left singular vectors of Zᵀ, row-normalised,
-  k-means): ``acc``/``nmi``/``ari`` from the k-means restart of lowest inertia of 10 (the solver's labels), and
-  ``*_mean`` the mean over 10 single restarts (the review: a mean, never SMVSC's max over restarts);
-* **concat-kmeans** and **best-view-kmeans**: scikit-learn k-means on the concatenated standardised views and on
-  each view (the view with the highest NMI is kept: an oracle choice that favours the baseline), 5 restarts: the
-  lowest-inertia one and the mean over the 5 (``*_mean``);
-* **spectral-dense**: spectral clustering with a dense n × n RBF affinity (γ = 1 / (2 D) on the concatenated
-  standardised views, D features); it is quadratic in n, the stand-in for the linear-time claim;
-* stand-ins: **rcsc-iter0** (the method with 0 iterations: the k-means-initialised Z, uniform α, its spectral
-  labels) and **random** (uniform random labels);
-* report only: **rcsc-noise10** (the same data with a 10-d noise view: the review's control), **rcsc-no-warmup**
-  (β on from the first round) and **rcsc-beta0.1** / **rcsc-beta10**.
+* the method, **rcsc** (m = 3K anchors, d = K, λ = 1, β = 1, 10 warm-up rounds at β = 0, one-pass labels G);
+* baselines (the anchor-graph methods of the paper's comparisons, as their official code runs them,
+  ``baselines.py``): **smvsc** (``algo_qp.m``: the mean over 10 k-means restarts; its reported maximum is
+  ``smvsc/acc_max``) and **lmvsc** (``lmv.m``);
+* ablations: **beta0** (no partition term: SMVSC's objective with our solver and its spectral labels),
+  **uniform-alpha** (α fixed at 1/V), **no-simplex** (Z without Z ≥ 0 and 1ᵀZ = 1ᵀ: the ridge step) and
+  **mapstd** (SMVSC's view scaling instead of equal energies);
+* alternatives: **concat-kmeans** (k-means on the per-feature standardised concatenation), **concat-kmeans-equal**
+  (the same with each view scaled to equal energy, the practitioner's fix for a large view) and
+  **best-view-kmeans** (k-means on the single view with the best NMI: an oracle choice); **random** labels.
 
-Per arm: ACC (Hungarian-matched), NMI and ARI (torchmetrics, as ``RCSCModule`` logs them); for the solver arms also
-the noise view's α and α's largest distance from uniform, the objective at initialisation and at the end, the largest
-relative objective rise in the β = 0 rounds and in the joint rounds, Z's simplex violation, the NMI between the
-one-pass labels and the spectral labels of the same Z, fit seconds and rounds. Scaling: CPU seconds of a fit
-(``time.process_time``: the shared CPU's other jobs do not count) of rcsc at n ∈ {1.5k, 3k, 6k, 12k} and of
-spectral-dense at n ∈ {750, 1.5k, 3k}, with tol = 0 and a fixed 20 rounds (10 β = 0, 10 joint), min of 3 repeats
-taken in turn over the sizes, and the log-log slope.
+Efficiency is measured on the card's views (n from 1,500 to 12,000): CPU seconds of a fit (tol = 0, 20 rounds, min
+of 3) for rcsc, the dense spectral baseline (an n × n graph) and concat k-means, and each log-log slope.
 
-The claims, the stand-in arms each must reject, the sanity checks and their calibration are in ``CLAIMS`` and
-``CHECKS`` below.
+What the run shows (the page's verdict table has the numbers): RCSC clusters these views well where a per-feature
+concatenation and any single view fail (the task check), but its distinguishing parts do not matter here (β = 0,
+uniform α and no simplex constraint score the same) and k-means on the equal-energy concatenation is better; its cost
+is linear in n, as k-means' is. Every claim is therefore reported, not asserted, with a diagnosis
+(``zoo reproduce rcsc --diagnose``: the gaps over n).
 """
 
 from __future__ import annotations
 
-import itertools
 import time
-import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from sklearn.cluster import KMeans
 from torch import Tensor
-from torchmetrics.functional.clustering import adjusted_rand_score, cluster_accuracy, normalized_mutual_info_score
 
-from zoo.claims import Check, Claim
-from zoo.datamodules.multiview import synthetic_views
+from zoo.claims import Check, Claim, TaskCheck
+from zoo.datamodules.multiview import synthetic_views, unequal_views
+from zoo.evidence import Headline
+from zoo.models.rcsc import baselines as B
 from zoo.models.rcsc import solver as S
 from zoo.models.rcsc.evaluation import (
     _concat,
@@ -56,36 +51,32 @@ from zoo.models.rcsc.evaluation import (
     _scores,
     _solver_metrics,
     dense_spectral_labels,
-    fit_seconds,
-    loglog_slope,
 )
-from zoo.reporting import arm_table, conclude, run_arms
+from zoo.reporting import arm_table, conclude, plot_sweep, run_arms
 
-__all__ = ["ARMS", "CHECKS", "CLAIMS", "SETTINGS", "fit_seconds", "loglog_slope", "run"]
+__all__ = ["ARMS", "CHECKS", "CLAIMS", "HEADLINES", "diagnose", "run"]
 
 K = 5
 SOLVER = {"n_clusters": K, "n_anchors": 3 * K, "latent_dim": K, "lam": 1.0}  # card §5: m = 3K, d = K, λ = 1
-# solver arms -> their arguments on top of SOLVER (and the noise view's dimension)
 VARIANTS: dict[str, dict[str, Any]] = {
     "rcsc": {"beta": 1.0},
-    "smvsc": {"beta": 0.0, "partition": "spectral"},
-    "rcsc-iter0": {"beta": 1.0, "max_iter": 0},
-    "rcsc-noise10": {"beta": 1.0},
-    "rcsc-no-warmup": {"beta": 1.0, "warmup": 0},
-    "rcsc-beta0.1": {"beta": 0.1},
-    "rcsc-beta10": {"beta": 10.0},
+    "beta0": {"beta": 0.0, "partition": "spectral"},
+    "uniform-alpha": {"beta": 1.0, "weights": "uniform"},
+    "no-simplex": {"beta": 1.0, "constraint": "none"},
+    "mapstd": {"beta": 1.0, "view_scale": "mapstd"},
 }
-NOISE_DIM = {"rcsc-noise10": 10}  # every other arm: the card's 200-d noise view
-ARMS = ("rcsc", "smvsc", "concat-kmeans", "best-view-kmeans", "spectral-dense", "rcsc-iter0", "random",
-        "rcsc-noise10", "rcsc-no-warmup", "rcsc-beta0.1", "rcsc-beta10")  # fmt: skip
-METRICS = ("acc", "nmi", "ari", "acc_mean", "nmi_mean")
-DIAGNOSTICS = ("alpha_noise", "alpha_shift", "obj_drop", "beta0_max_rise", "joint_max_rise", "z_min", "z_sum_err",
-               "agreement_nmi", "fit_seconds", "iterations")  # fmt: skip
+ARMS = (*VARIANTS, "smvsc", "lmvsc", "concat-kmeans", "concat-kmeans-equal", "best-view-kmeans", "random")
+METRICS = ("acc", "nmi", "ari", "fit_seconds")
 SCALING_ROUNDS = 20  # 10 warm-up rounds with β = 0 and 10 joint rounds, what the default stop rule runs at least
 SETTINGS = {
     "full": {"seeds": (0, 1, 2), "sizes": (1500, 3000, 6000, 12000), "dense_sizes": (750, 1500, 3000), "repeats": 3},
-    "quick": {"seeds": (0,), "sizes": (1500, 6000), "dense_sizes": (750, 1500, 3000), "repeats": 3},
+    "quick": {"seeds": (0, 1, 2), "sizes": (1500, 6000), "dense_sizes": (750, 1500, 3000), "repeats": 2},
 }
+
+
+def _equal_energy(views: list[Tensor]) -> np.ndarray:
+    """The per-feature standardised views, each divided by √(its features): every view weighs the same."""
+    return np.concatenate([_concat([v]) / v.shape[1] ** 0.5 for v in views], 1)
 
 
 class _Experiment:
@@ -93,201 +84,184 @@ class _Experiment:
 
     def __init__(self, settings: Mapping[str, Any]) -> None:
         self.s = settings
-        self.cache: dict[tuple[int, int], tuple[list[Tensor], Tensor]] = {}
-
-    def _data(self, seed: int, noise_dim: int = 200) -> tuple[list[Tensor], Tensor]:
-        if (seed, noise_dim) not in self.cache:
-            self.cache = {k: v for k, v in self.cache.items() if k[0] == seed}
-            self.cache[seed, noise_dim] = synthetic_views(n_clusters=K, noise_dim=noise_dim, seed=seed)
-        return self.cache[seed, noise_dim]
+        self.cache: dict[int, tuple[list[Tensor], Tensor]] = {}
 
     def __call__(self, arm: str, seed: int) -> dict[str, float]:
-        views, y = self._data(seed, NOISE_DIM.get(arm, 200))
+        if seed not in self.cache:
+            self.cache = {seed: unequal_views(n_clusters=K, seed=seed)}
+        views, y = self.cache[seed]
+        start = time.perf_counter()
         if arm in VARIANTS:
-            start = time.perf_counter()
             model = S.RCSC(**SOLVER, **VARIANTS[arm], seed=seed).fit(views)
             m = _solver_metrics(model, y, time.perf_counter() - start)
-            if arm == "smvsc":  # the review: the mean over single k-means restarts of SMVSC's post-processing
-                m |= _restart_means([S.spectral_labels(model.Z_, K, None, 1000 * seed + i, n_init=1)
-                                     for i in range(10)], y)  # fmt: skip
             if arm == "rcsc":
                 m |= _scaling(lambda v: S.RCSC(**SOLVER, beta=1.0, tol=0.0, max_iter=SCALING_ROUNDS, seed=seed).fit(v),
                               self.s["sizes"], seed, self.s["repeats"])  # fmt: skip
             return m
+        if arm == "smvsc":
+            out = B.smvsc(views, 3 * K, K)
+            runs = B.spectral_restarts(out.U, K, 10, seed)
+            means = _restart_means(runs, y, K)
+            best = max(_scores(r, y, K)["acc"] for r in runs)
+            return {k.removesuffix("_mean"): v for k, v in means.items()} | {"acc_max": best,
+                    "fit_seconds": time.perf_counter() - start, "alpha_noise": float(out.alpha[-1])}  # fmt: skip
+        if arm == "lmvsc":
+            return _scores(B.lmvsc(views, K, 3 * K, seed=seed), y, K) | {"fit_seconds": time.perf_counter() - start}
         if arm == "concat-kmeans":
-            return _kmeans(_concat(views), y, seed)
+            m = _kmeans(_concat(views), y, seed) | {"fit_seconds": time.perf_counter() - start}
+            return m | _scaling(lambda v: KMeans(K, n_init=5, random_state=seed).fit(_concat(v)), self.s["sizes"], seed,
+                                self.s["repeats"])  # fmt: skip
+        if arm == "concat-kmeans-equal":
+            return _kmeans(_equal_energy(views), y, seed) | {"fit_seconds": time.perf_counter() - start}
         if arm == "best-view-kmeans":
             per_view = [_kmeans(_concat([v]), y, seed) | {"view": float(i)} for i, v in enumerate(views)]
             return max(per_view, key=lambda m: m["nmi"])
-        if arm == "spectral-dense":
-            start = time.perf_counter()
-            m = _scores(dense_spectral_labels(views, seed), y) | {"fit_seconds": time.perf_counter() - start}
-            return m | _scaling(lambda v: dense_spectral_labels(v, seed), self.s["dense_sizes"], seed,
-                                self.s["repeats"])  # fmt: skip
         if arm == "random":
             g = torch.Generator().manual_seed(seed)
             return _scores(torch.randint(K, y.shape, generator=g), y)
         raise ValueError(f"unknown arm {arm!r}; the arms are {ARMS}")
 
 
-def _minus_smvsc_nmi(r: Mapping[str, Any], a: str) -> float:
-    """Arm ``a``'s NMI minus SMVSC's, SMVSC read the stronger way (lowest-inertia restart or restart mean)."""
-    return r[f"{a}/nmi"] - max(r["smvsc/nmi"], r["smvsc/nmi_mean"])
+def _dense_scaling(seed: int, settings: Mapping[str, Any]) -> dict[str, float]:
+    """The dense spectral baseline's CPU seconds over n (an n × n affinity: the non-anchor stand-in for cost)."""
+    return _scaling(lambda v: dense_spectral_labels(v, seed), settings["dense_sizes"], seed, settings["repeats"])
 
 
-_RANDOM = "uniformly random labels in RCSC's place"
-_ITER0 = "RCSC with 0 iterations: the k-means-initialised Z, uniform α, the spectral labels of that Z"
-_DENSE = "spectral clustering on a dense n × n RBF affinity in RCSC's place (no anchors: quadratic in n)"
+_BASELINES = {
+    "smvsc": "SMVSC as its official algo_qp.m runs it (mean over 10 k-means restarts)",
+    "lmvsc": "LMVSC as its official lmv.m runs it (per-view anchors, stacked graphs, SVD, k-means)",
+}
+_ABLATIONS = {
+    "beta0": "no partition term (β = 0): SMVSC's objective with RCSC's solver, spectral labels",
+    "uniform-alpha": "the view weights fixed at 1/V",
+    "no-simplex": "Z without its non-negative and affine constraints (the ridge step)",
+    "mapstd": "SMVSC's view scaling (standardised features only) instead of equal view energies",
+}
+_ALTERNATIVES = {
+    "concat-kmeans": "k-means on the per-feature standardised concatenation of the views",
+    "concat-kmeans-equal": "k-means on the concatenation with each view scaled to equal energy",
+    "best-view-kmeans": "k-means on the single best view (chosen by NMI: an oracle)",
+}
 
-# Calibration (``OMP_NUM_THREADS=1 python -c "from zoo.models.rcsc.reproduce import run; run(out='/tmp/rcsc-full')"``,
-# seeds 0, 1, 2; the quick run is seed 0 of the full run with the same numbers, except the timings): each claim's
-# value for the method | each stand-in, per seed 0 / 1 / 2. Bounds sit below (above, for ``at_most``) the weakest
-# method value with room, and every stand-in is far on the other side.
-#
-#   rcsc_acc_at_least_0.90                 rcsc 0.951 / 0.958 / 0.961       | random 0.229 / 0.218 / 0.222
-#   rcsc_objective_fell_by_half_from_init  rcsc 0.791 / 0.789 / 0.791       | rcsc-iter0 0 / 0 / 0
-#   rcsc_alpha_moved_0.1_from_uniform      rcsc 0.309 / 0.309 / 0.309       | rcsc-iter0 0 / 0 / 0
-#   high_dim_noise_view_alpha_at_most_0.1  rcsc 0.0241 / 0.0245 / 0.0242    | rcsc-iter0 0.333 (uniform)
-#   rcsc_fit_time_loglog_slope_at_most_1.25  rcsc 1.045 / 1.078 / 1.099 over n in {1.5k, 3k, 6k, 12k} in CPU seconds
-#       (t(12k)/t(1.5k) 8.8 / 9.6 / 9.8; quick, n in {1.5k, 6k}: 1.08, 1.10 in two runs) | spectral-dense 2.26 / 2.31 /
-#       2.30 over {750, 1.5k, 3k}. In wall-clock seconds the slope was 1.12 / 1.10 / 1.15, and one quick run under the
-#       neighbour job's load gave 1.31, hence CPU time and repeats taken in turn over the sizes. 1.25 (13.5x for 8x n)
-#       rather than the review's 1.2 leaves room for cache contention when the tests run in parallel, and keeps
-#       linear and quadratic far apart. The slope is above 1 mostly because the initial k-means (m centres, sklearn's
-#       default tolerance) needs more Lloyd iterations at larger n: 18 at 1.5k, 51 at 12k (seed 0; 0.05 s vs 0.5 s).
-#   reported: low_dim_noise_view_alpha_at_most_0.1  rcsc-noise10 0.360 / 0.362 / 0.359 | rcsc-iter0 0.333
-#   reported: rcsc_acc_at_least_0.90_with_low_dim_noise_view  rcsc-noise10 0.846 / 0.857 / 0.881 | random as above
-#   reported: rcsc_acc_beats_concat_kmeans  rcsc -0.032 / -0.025 / -0.029 | random -0.754 / -0.765 / -0.768
-#
-# Checks, per seed: NMI(rcsc) - max(SMVSC's NMI, its restart mean) +0.051 / +0.014 / +0.024 (SMVSC 0.791 / 0.846 /
-# 0.843 at the lowest inertia, 0.672 / 0.806 / 0.808 as the restart mean); one-pass vs spectral NMI 0.875 / 0.897 /
-# 0.932; min Z 0 on every seed; max |column sum - 1| <= 5.6e-16; largest relative rise of a beta = 0 round -1.4e-4
-# (every round fell), of a joint round -2.7e-5. Not a stand-in: rcsc-iter0's ACC is 0.849 / 0.867 / 0.985, it passes
-# assertion 1 on seed 2 (and the NMI non-inferiority on the means), as the review warned.
-CLAIMS = (
+# Calibration: `OMP_NUM_THREADS=1 python -c "from zoo.models.rcsc.reproduce import _run, SETTINGS; ..."` over seeds
+# 0-4 at the full setting (quick runs the same seeds on the same data; its timings differ). Per seed 0 / 1 / 2 / 3 / 4:
+# ACC        rcsc .914 .885 .903 .920 .945 | beta0 .917 .884 .899 .915 .943 | uniform-alpha .913 .880 .900 .917 .944
+#            no-simplex .915 .891 .903 .918 .944 | mapstd .915 .901 .905 .925 .949 | smvsc (restart mean) .628 .499 .549
+#            .625 .669 (its reported max .721 .557 .627) | lmvsc .657 .603 .693 .534 .721 | concat-kmeans .243 .279 .292
+#            .316 .389 | concat-kmeans-equal .939 .929 .943 .937 .956 | best-view-kmeans .802 .764 .849 .821 .867
+# task check (rcsc − the better heuristic): .112 .121 .054 .099 .078, hence the margin 0.04
+# time slope (seeds 0-2): rcsc 1.149 1.134 1.140; concat-kmeans 1.352 1.253 1.267 (more Lloyd iterations at larger
+#            n, not a higher complexity: too close to any bound to reject it); spectral-dense 2.26
+# checks (seeds 0-2): one-pass vs spectral NMI .997 .995 .995; Z off the simplex by 4.4e-16; largest relative rise of
+#            a round −3.4e-6 (every round fell)
+CLAIMS = [
     Claim(
-        "rcsc_acc_at_least_0.90",
+        "rcsc_acc_at_least_0.85",
         lambda r, a: r[f"{a}/acc"],
-        at_least=0.90,
+        at_least=0.85,
         method="rcsc",
-        stand_ins={"random": _RANDOM},
-        text="RCSC's one-pass partition reaches ACC ≥ 0.90 on the card's views (card §5 assertion 1)",
-    ),
-    Claim(
-        "rcsc_objective_fell_by_half_from_init",
-        lambda r, a: r[f"{a}/obj_drop"],
-        at_least=0.5,
-        method="rcsc",
-        stand_ins={"rcsc-iter0": _ITER0},
-        text="the alternating updates do the work: the final objective is ≤ half the initial one (review: assertion "
-        "1 alone passes for the initialisation's labels)",
-    ),
-    Claim(
-        "rcsc_alpha_moved_0.1_from_uniform",
-        lambda r, a: r[f"{a}/alpha_shift"],
-        at_least=0.1,
-        method="rcsc",
-        stand_ins={"rcsc-iter0": _ITER0},
-        text="the view weights were learned: some α_v is ≥ 0.1 away from 1/V (review)",
-    ),
-    Claim(
-        "high_dim_noise_view_alpha_at_most_0.1",
-        lambda r, a: r[f"{a}/alpha_noise"],
-        at_most=0.1,
-        method="rcsc",
-        stand_ins={"rcsc-iter0": _ITER0},
-        text="a 200-d pure-noise view gets α ≤ 0.1 (card §5 assertion 3, named for what it tests: α_v ∝ 1/R_v "
-        "tracks the view's dimension, see the 10-d control)",
-    ),
-    Claim(
-        "low_dim_noise_view_alpha_at_most_0.1",
-        lambda r, a: r[f"{a}/alpha_noise"],
-        at_most=0.1,
-        method="rcsc-noise10",
-        stand_ins={"rcsc-iter0": _ITER0},
+        baselines=_BASELINES,
+        ablations=_ABLATIONS,
+        alternatives=_ALTERNATIVES,
         asserted=False,
-        text="the review's control: a 10-d pure-noise view also gets α ≤ 0.1; reported, not asserted: it does not "
-        "hold (α ≈ 0.36), the weight tracks the view's dimension, not its information",
+        text="RCSC clusters the views of unequal quality with ACC ≥ 0.85 (reported: its ablations and the "
+        "equal-energy concatenation reach it too)",
     ),
     Claim(
-        "rcsc_acc_at_least_0.90_with_low_dim_noise_view",
-        lambda r, a: r[f"{a}/acc"],
-        at_least=0.90,
-        method="rcsc-noise10",
-        stand_ins={"random": _RANDOM},
+        "one_pass_partition_beats_two_stage_by_0.02",
+        lambda r, a: r[f"{a}/acc"] - r["beta0/acc"],
+        at_least=0.02,
+        method="rcsc",
+        baselines={"lmvsc": _BASELINES["lmvsc"]},
+        ablations={k: v for k, v in _ABLATIONS.items() if k != "beta0"},
+        alternatives={"concat-kmeans-equal": _ALTERNATIVES["concat-kmeans-equal"]},
         asserted=False,
-        text="assertion 1 with the 10-d noise view; reported, not asserted: the review measured ACC 0.83-0.87",
+        text="learning the partition jointly with the anchor graph (β = 1) beats the two-stage graph-then-spectral "
+        "pipeline (β = 0) by ≥ 0.02 ACC (reported: the two tie)",
     ),
     Claim(
         "rcsc_fit_time_loglog_slope_at_most_1.25",
         lambda r, a: r[f"{a}/time_slope"],
         at_most=1.25,
         method="rcsc",
-        stand_ins={"spectral-dense": _DENSE},
-        text="linear cost in n: the log-log slope of a fit's CPU seconds (tol = 0, 20 rounds, min of 3) over n is "
-        "≤ 1.25 (card §5 assertion 6 as the review restates it, with the margin of the calibration above)",
-    ),
-    Claim(
-        "rcsc_acc_beats_concat_kmeans",
-        lambda r, a: r[f"{a}/acc"] - r["concat-kmeans/acc"],
-        at_least=0.0,
-        method="rcsc",
-        stand_ins={"random": _RANDOM},
+        baselines={"spectral-dense": "spectral clustering on a dense n × n affinity (no anchors: quadratic in n)"},
+        alternatives={"concat-kmeans": _ALTERNATIVES["concat-kmeans"]},
+        why_none={"ablations": "without anchors the method is the dense graph, the baseline here"},
         asserted=False,
-        text="RCSC's ACC ≥ k-means on the concatenated views (5 restarts, lowest inertia); reported, not asserted: "
-        "the card says concat k-means wins on this toy",
+        text="linear cost in n: the log-log slope of a fit's CPU seconds (tol = 0, 20 rounds, min of 3) over n is "
+        "≤ 1.25 (reported: k-means is linear too, and faster)",
     ),
-)
-CHECKS = (
-    Check(
-        "rcsc_nmi_within_0.02_of_smvsc",
-        lambda r: _minus_smvsc_nmi(r, "rcsc"),
-        at_least=-0.02,
-        text="non-inferiority (card §5 assertion 2): RCSC's NMI ≥ SMVSC's − 0.02, SMVSC read the stronger way; a "
-        "check, not a claim: SMVSC in RCSC's place passes it by construction, only a random partition fails it",
+]
+CHECKS = [
+    TaskCheck(
+        lambda r, a: r[f"{a}/acc"],
+        method="rcsc",
+        heuristics={k: _ALTERNATIVES[k] for k in ("concat-kmeans", "best-view-kmeans")},
+        margin=0.04,
+        text="the task needs more than one view and more than a plain concatenation",
     ),
     Check(
         "one_pass_labels_agree_with_spectral_nmi_0.85",
         lambda r: r["rcsc/agreement_nmi"],
         at_least=0.85,
-        text="RCSC's one-pass labels G and the spectral labels of the same Z agree (NMI ≥ 0.85; review)",
+        text="RCSC's one-pass labels G and the spectral labels of the same Z agree (NMI ≥ 0.85; card review)",
     ),
     Check(
-        "z_nonnegative_1e-7",
-        lambda r: min(r["rcsc/z_min"], r["smvsc/z_min"]),
-        at_least=-1e-7,
-        text="every entry of Z is ≥ -1e-7 (card §5 assertion 4), RCSC and SMVSC",
-    ),
-    Check(
-        "z_columns_sum_to_one_1e-5",
-        lambda r: max(r["rcsc/z_sum_err"], r["smvsc/z_sum_err"]),
+        "z_on_the_simplex_1e-5",
+        lambda r: max(-r["rcsc/z_min"], r["rcsc/z_sum_err"], -r["beta0/z_min"], r["beta0/z_sum_err"]),
         at_most=1e-5,
-        text="every column of Z sums to 1 within 1e-5 (card §5 assertion 4), RCSC and SMVSC",
+        text="every column of Z is on the simplex within 1e-5 (card §5 assertion 4), RCSC and β = 0",
     ),
     Check(
-        "beta0_objective_monotone_1e-6",
-        lambda r: max(r["rcsc/beta0_max_rise"], r["smvsc/beta0_max_rise"]),
+        "objective_monotone_1e-6",
+        lambda r: max(r["rcsc/beta0_max_rise"], r["rcsc/joint_max_rise"], r["beta0/beta0_max_rise"]),
         at_most=1e-6,
-        text="no β = 0 round raises the objective by more than 1e-6 relative (card §5 assertion 5): RCSC's warm-up "
-        "and every SMVSC round",
+        text="no round raises the objective by more than 1e-6 relative (card §5 assertion 5), warm-up and joint",
     ),
-    Check(
-        "joint_objective_monotone_1e-6",
-        lambda r: r["rcsc/joint_max_rise"],
-        at_most=1e-6,
-        text="no joint (β > 0) round of RCSC raises its objective by more than 1e-6 relative",
+]
+HEADLINES = [
+    Headline(
+        "better_than_anchor_graph_methods",
+        "Learning consensus anchors, the anchor graph and the partition jointly, with robust view weights, clusters "
+        "multi-view data better than anchor-graph multi-view methods",
+        claims=["rcsc_acc_at_least_0.85", "one_pass_partition_beats_two_stage_by_0.02"],
+        paper="better ACC / NMI on eight multi-view datasets (tables not retrieved)",
+        diagnosis=(
+            "On views of unequal quality RCSC reaches ACC 0.89-0.95 where k-means on the per-feature concatenation "
+            "(0.24-0.39), the best single view (0.76-0.87), SMVSC as its code runs (0.50-0.67) and LMVSC (0.53-0.72) "
+            "do not (seeds 0-4). But its distinguishing parts do nothing here: without the partition term (β = 0), "
+            "with uniform view weights, without the simplex constraint or with SMVSC's view scaling it scores the "
+            "same within 0.016, and k-means on the views scaled to equal energy beats it (0.93-0.96): the gain over "
+            "the concatenation is the view scaling, which k-means takes too. The sweep over n (zoo reproduce rcsc "
+            "--diagnose: 750, 1,500, 3,000 samples) keeps RCSC within 0.007 of β = 0 and 0.024-0.036 below the "
+            "equal-energy k-means at every size, so scale does not close it. No official RCSC code exists: the cause "
+            "cannot be split between the card's reconstruction and the setting; the lineage's official code (SMVSC, "
+            "ported from algo_qp.m and pinned to a QP solver) is the weakest arm here."
+        ),
     ),
-)
+    Headline(
+        "linear_in_n",
+        "Anchors make the method efficient: its cost grows linearly with the number of samples",
+        claims=["rcsc_fit_time_loglog_slope_at_most_1.25"],
+        paper="linear complexity; running-time table (not retrieved)",
+        diagnosis=(
+            "The cost is linear in n, as claimed: the fit's CPU time grows with slope 1.13-1.15 from 1,500 to 12,000 "
+            "samples, against 2.26 for spectral clustering on a dense n × n graph. Not asserted: k-means on the "
+            "concatenated views is linear as well and 7x faster at every size (0.46 s against 3.5 s at n = 12,000); "
+            "its measured slope (1.25-1.35, from more Lloyd iterations at larger n) is too close to any bound to "
+            "reject it honestly."
+        ),
+    ),
+]
 
 
 def run(quick: bool = False, out: Path | str | None = None) -> dict[str, Any]:
-    """Run the arms over 3 seeds, print the tables and claims, and (with ``out``) write ``rcsc.json`` and
-    ``rcsc.png``. ``quick``: seed 0 only, rcsc timed at n ∈ {1.5k, 6k}.
+    """Run every arm on seeds 0-2, print the tables, claims and verdict, and (with ``out``) write ``rcsc.json``,
+    ``.png``, ``.claims.md`` and ``.verdict.md``. ``quick``: rcsc and k-means timed at n ∈ {1.5k, 6k}, 2 repeats.
 
     Returns:
-        flat results: ``<arm>/<metric>`` (``acc``, ``nmi``, ``ari``, the restart means ``*_mean``, the solver
-        diagnostics, timings ``t<n>``, ``time_slope``), each also per seed (``.../seed<s>``), and the verdicts
-        ``claims/...``, ``reported/...``, ``checks/...``, ``values/...``.
+        flat results: ``<arm>/<metric>`` (``acc``, ``nmi``, ``ari``, the solver diagnostics, timings ``t<n>``,
+        ``time_slope``), each also per seed, and the verdicts.
     """
     from threadpoolctl import threadpool_limits
 
@@ -307,36 +281,18 @@ def _run(settings: Mapping[str, Any], out: Path | str | None) -> dict[str, Any]:
     S.RCSC(**SOLVER, seed=0).fit(warm_views)  # one-off start-up costs (allocator, sklearn) stay out of the timings
     r: dict[str, Any] = {"num_seeds": len(seeds), "scaling_rounds": SCALING_ROUNDS, "repeats": settings["repeats"]}
     run_arms(list(ARMS), seeds, _Experiment(settings), results=r)
+    run_arms(["spectral-dense"], seeds[:1], lambda arm, seed: _dense_scaling(seed, settings), results=r, log=None)
     r["seconds"] = time.perf_counter() - start
-    scores = arm_table(r, ARMS, METRICS, f"RCSC card §5 views (n = 1,500, K = 5): mean ± std of {len(seeds)} seeds")
-    solver_arms = tuple(VARIANTS)
-    diagnostics = arm_table(r, solver_arms, DIAGNOSTICS, "solver diagnostics", fmt="{:.3g}")
+    scores = arm_table(r, ARMS, METRICS, f"views of unequal quality (n = 1,500, K = 5, a 1,000-d noise view): mean ± "
+                       f"std of {len(seeds)} seeds")  # fmt: skip
+    diagnostics = arm_table(r, tuple(VARIANTS), ("alpha_noise", "alpha_shift", "obj_drop", "agreement_nmi",
+                            "iterations"), "solver diagnostics", fmt="{:.3g}")  # fmt: skip
     sizes = sorted(set(settings["sizes"]) | set(settings["dense_sizes"]))
-    timing = arm_table(r, ("rcsc", "spectral-dense"), [*(f"t{n}" for n in sizes), "time_slope", "time_ratio"],
-                       f"fit CPU seconds vs n (tol = 0, {SCALING_ROUNDS} rounds, min of {settings['repeats']})",
+    timing = arm_table(r, ("rcsc", "concat-kmeans", "spectral-dense"), [*(f"t{n}" for n in sizes), "time_slope"],
+                       f"fit CPU seconds vs n on the card's views (min of {settings['repeats']})",
                        fmt="{:.3g}")  # fmt: skip
-    notes = [
-        (
-            f"noise view α: {r['rcsc/alpha_noise']:.3f} with 200 dimensions, {r['rcsc-noise10/alpha_noise']:.3f} with "
-            f"10 (ACC {r['rcsc/acc']:.3f} vs {r['rcsc-noise10/acc']:.3f}): the weight follows the view's dimension"
-        ),
-        (
-            f"rcsc t(n_max)/t(n_min) = {r['rcsc/time_ratio']:.2f} for {r['rcsc/n_ratio']:.0f}x the samples (card: "
-            f"≤ 12x for 8x); log-log slope {r['rcsc/time_slope']:.2f} (spectral-dense "
-            f"{r['spectral-dense/time_slope']:.2f})"
-        ),
-        (
-            f"k-means restarts: concat k-means ACC {r['concat-kmeans/acc']:.3f} at the lowest inertia, "
-            f"{r['concat-kmeans/acc_mean']:.3f} mean over restarts; SMVSC {r['smvsc/acc']:.3f} / "
-            f"{r['smvsc/acc_mean']:.3f}"
-        ),
-        (
-            f"without the warm-up RCSC scores ACC {r['rcsc-no-warmup/acc']:.3f} (with: {r['rcsc/acc']:.3f}); "
-            f"β = 0.1 / 10: {r['rcsc-beta0.1/acc']:.3f} / {r['rcsc-beta10/acc']:.3f}; total {r['seconds']:.0f} s"
-        ),
-    ]
     return conclude("rcsc", r, CLAIMS, CHECKS, out=out, plot=_plot, tables=[scores, diagnostics, timing],
-                    notes=notes)  # fmt: skip
+                    headlines=HEADLINES)  # fmt: skip
 
 
 def _plot(r: Mapping[str, Any], path: Path) -> None:
@@ -348,31 +304,70 @@ def _plot(r: Mapping[str, Any], path: Path) -> None:
     fig, (ax, ax_t) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [1.6, 1]})
     arms = [a for a in ARMS if f"{a}/acc" in r]
     x = np.arange(len(arms))
-    for i, metric in enumerate(("acc", "nmi")):
-        ax.bar(x + (i - 0.5) * 0.4, [r[f"{a}/{metric}"] for a in arms], 0.4, label=metric.upper())
-        means = [(j, r[f"{a}/{metric}_mean"]) for j, a in enumerate(arms) if f"{a}/{metric}_mean" in r]
-        if means:
-            ax.scatter([j + (i - 0.5) * 0.4 for j, _ in means], [v for _, v in means], color="k", marker="_", s=120,
-                       zorder=3, label="mean over k-means restarts" if i == 0 else None)  # fmt: skip
+    colours = ["tab:blue" if a == "rcsc" else "tab:orange" if a in _BASELINES else "tab:grey" if a in _ABLATIONS
+               else "tab:green" if a in _ALTERNATIVES else "k" for a in arms]  # fmt: skip
+    ax.bar(x, [r[f"{a}/acc"] for a in arms], color=colours)
     ax.set_xticks(x, arms, rotation=35, ha="right", fontsize=8)
-    ax.set_ylim(0, 1.18)
-    ax.set_title("clustering scores (mean over seeds)")
-    ax.legend(fontsize=8, loc="upper center", ncol=3)
-    for arm, marker in (("rcsc", "o"), ("spectral-dense", "s")):
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("ACC (mean over seeds)")
+    ax.set_title("method (blue), baselines (orange), ablations (grey), alternatives (green)")
+    for arm, marker in (("rcsc", "o"), ("concat-kmeans", "^"), ("spectral-dense", "s")):
         ns = sorted(int(k.split("/t")[1]) for k in r if k.startswith(f"{arm}/t") and k.split("/t")[1].isdigit())
         if ns:
             ax_t.plot(ns, [r[f"{arm}/t{n}"] for n in ns], marker=marker,
                       label=f"{arm} (slope {r[f'{arm}/time_slope']:.2f})")  # fmt: skip
-    ns = sorted(int(k.split("/t")[1]) for k in r if k.startswith("rcsc/t") and k.split("/t")[1].isdigit())
-    if ns:
-        ref = np.array([min(ns) / 2, max(ns)])
-        ax_t.plot(ref, r[f"rcsc/t{ns[0]}"] * ref / ns[0], "k--", linewidth=1, label="slope 1 (linear)")
     ax_t.set_xscale("log")
     ax_t.set_yscale("log")
     ax_t.set_xlabel("n (samples)")
-    ax_t.set_ylabel(f"fit CPU seconds ({SCALING_ROUNDS} rounds, tol = 0, min of 3)")
-    ax_t.set_title("fit time vs n")
+    ax_t.set_ylabel("fit CPU seconds (min of repeats)")
+    ax_t.set_title("fit time vs n (card's views)")
     ax_t.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# --- diagnosis -----------------------------------------------------------------------------------------------------
+
+DIAGNOSIS_ARMS = ("rcsc", "beta0", "lmvsc", "concat-kmeans-equal")
+
+
+def diagnose(quick: bool = False, out: Path | str | None = None) -> dict[str, Any]:
+    """Do the gaps close with scale? RCSC, its β = 0 ablation, LMVSC and the equal-energy k-means on the same views
+    at n = 750, 1,500 and 3,000 (quick: 750, 1,500), seeds 0-2; writes ``rcsc.diagnose.json`` / ``.png``."""
+    sizes = (750, 1500) if quick else (750, 1500, 3000)
+    names = [f"n{n}" for n in sizes]
+
+    def cell(size: str, seed: int) -> dict[str, float]:
+        views, y = unequal_views(n_per=int(size[1:]) // K, n_clusters=K, seed=seed)
+        out = {}
+        for arm in DIAGNOSIS_ARMS:
+            if arm in VARIANTS:
+                labels = S.RCSC(**SOLVER, **VARIANTS[arm], seed=seed).fit(views).labels_
+            elif arm == "lmvsc":
+                labels = B.lmvsc(views, K, 3 * K, seed=seed)
+            else:
+                labels = KMeans(K, n_init=5, random_state=seed).fit_predict(_equal_energy(views))
+            out[f"{arm}/acc"] = _scores(labels, y, K)["acc"]
+        return out
+
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):
+        r = run_arms(names, SETTINGS["full"]["seeds"], cell, log=print)
+
+    def plot(res: Mapping[str, Any], path: Path) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6.5, 4))
+        plot_sweep(ax, res, names, sizes, {a: "{size}/" + f"{a}/acc" for a in DIAGNOSIS_ARMS}, "samples n", "ACC",
+                   title="views of unequal quality: ACC over n (mean ± std, 3 seeds)", log_x=True)  # fmt: skip
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+
+    table = arm_table(r, names, [f"{a}/acc" for a in DIAGNOSIS_ARMS], "Diagnosis: ACC over n", fmt="{:.3f}")
+    return conclude("rcsc.diagnose", r, out=out, plot=plot, tables=[table])

@@ -19,6 +19,8 @@ import torch
 from sklearn.cluster import KMeans
 from torch import Tensor
 
+from zoo.arguments import check_choice, check_range
+
 __all__ = ["RCSC", "RCSCState", "objective", "project_simplex", "spectral_labels", "standardize"]
 
 
@@ -47,6 +49,11 @@ def standardize(x: Tensor, eps: float = 1e-12) -> Tensor:
     mu = x.mean(0, keepdim=True)
     sd = x.std(0, keepdim=True)
     return (x - mu) / sd.clamp_min(eps)
+
+
+def informative_features(x: Tensor, eps: float = 1e-12) -> int:
+    """How many features of ``[n, d]`` vary over the samples (the rest are constant and standardise to 0)."""
+    return int((x.std(0) > eps * x.abs().amax(0).clamp_min(1.0)).sum())
 
 
 @dataclass
@@ -130,6 +137,18 @@ def update_Z(X: list[Tensor], s: RCSCState, lam: float, beta: float, inner: int 
         s.Z = old
 
 
+def update_Z_unconstrained(X: list[Tensor], s: RCSCState, lam: float, beta: float) -> None:
+    """The Z step without Z ≥ 0 and 1ᵀZ = 1ᵀ (an ablation): the ridge solution
+    Z = (Σα² AᵀA + (λ + β) I)⁻¹ (Σα² Aᵀ W_vᵀ X_v + β C G), the exact block minimiser."""
+    a2 = float((s.alpha**2).sum())
+    b_eff = beta if s.G is not None else 0.0
+    B = s.A.T @ sum(a**2 * (w.T @ x) for a, w, x in zip(s.alpha, s.W, X))
+    if b_eff > 0:
+        B = B + b_eff * s.C[:, s.G]
+    H = a2 * (s.A.T @ s.A) + (lam + b_eff) * torch.eye(s.A.shape[1], dtype=s.A.dtype, device=s.A.device)
+    s.Z = torch.linalg.solve(H, B)
+
+
 def update_CG(s: RCSCState) -> None:
     """C = cluster means of Z's columns; G = nearest centroid (empty clusters re-seeded with the farthest point); C
     recomputed for the new G. Each part is an exact block minimiser, so the round stays monotone."""
@@ -182,7 +201,21 @@ class RCSC:
     def __init__(self, n_clusters: int, n_anchors: int | None = None, latent_dim: int | None = None,
                  lam: float = 1.0, beta: float = 1.0, max_iter: int = 50, tol: float = 1e-3, warmup: int = 10,
                  inner: int = 20, partition: str = "onepass", temperature: float = 1.0, seed: int = 0,
-                 dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu") -> None:
+                 view_scale: str = "unit", constraint: str = "simplex", weights: str = "learned",
+                 dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu") -> None:  # fmt: skip
+        check_range("n_clusters", n_clusters, low=2, integer=True)
+        check_range("n_anchors", n_anchors, low=2, integer=True, optional=True)
+        check_range("latent_dim", latent_dim, low=1, integer=True, optional=True)
+        check_range("lam", lam, low=0)
+        check_range("beta", beta, low=0)
+        for name, value, low in (("max_iter", max_iter, 0), ("warmup", warmup, 0), ("inner", inner, 1)):
+            check_range(name, value, low=low, integer=True)
+        check_range("tol", tol, low=0)
+        check_range("temperature", temperature, low=0, low_open=True)
+        check_choice("partition", partition, ("onepass", "spectral"))
+        check_choice("view_scale", view_scale, ("unit", "mapstd"))
+        check_choice("constraint", constraint, ("simplex", "none"))
+        check_choice("weights", weights, ("learned", "uniform"))
         self.K = n_clusters
         self.m = n_anchors or 3 * n_clusters
         self.d = latent_dim or n_clusters
@@ -190,29 +223,59 @@ class RCSC:
             raise ValueError(f"n_clusters={self.K} is larger than n_anchors={self.m}: need K <= m anchors.")
         if self.d > self.m:
             raise ValueError(f"latent_dim={self.d} > n_anchors={self.m}: A A^T = I needs d <= m.")
-        if partition not in ("onepass", "spectral"):
-            raise ValueError(f"partition must be 'onepass' or 'spectral', got {partition!r}")
         self.lam, self.beta, self.max_iter, self.tol = lam, beta, max_iter, tol
         self.warmup = warmup if beta > 0 else 0
         self.inner, self.partition, self.temperature, self.seed = inner, partition, temperature, seed
+        self.view_scale, self.constraint, self.weights = view_scale, constraint, weights
         self.dtype, self.device = dtype, torch.device(device)
 
     # --- setup -------------------------------------------------------------------------------------------------
     def prepare(self, views: list[Tensor]) -> list[Tensor]:
-        """Check views, standardise each feature, return the ``d_v x n`` matrices."""
+        """Check views, standardise each feature, scale each view (``view_scale``), return ``d_v x n`` matrices.
+
+        ``view_scale="unit"`` (the default) gives every view the energy of one standardised feature,
+        ``X_v ← X_v / sqrt(d_v')`` with ``d_v'`` its non-constant features: the card's objective on views normalised
+        to equal energy. ``"mapstd"`` is SMVSC's code (standardised features only), where a view's energy is its
+        number of features. Why it matters: the model's reconstruction ``W_v A z`` has norm at most 1 (orthonormal
+        W_v and A, z on the simplex), so the residual R_v mostly measures the view's energy, and α_v ∝ 1/R_v weights
+        views by energy, not information. Under ``"mapstd"`` a 5-d view of four constants and one noise feature took
+        α = 0.9 and ACC fell from 0.95 to 0.2; with equal energies α stays near uniform and such a view costs little.
+        Neither weights views by how informative they are: that needs another weighting than the objective's.
+
+        Raises:
+            ValueError: no view, a view that is not 2-D, views of different n, fewer features than ``latent_dim``,
+                NaN or inf, a constant view (no feature varies: it carries no information), fewer samples than
+                anchors.
+        """
         if len(views) == 0:
             raise ValueError("need at least one view")
+        for i, v in enumerate(views):
+            if not isinstance(v, Tensor) or v.ndim != 2:
+                shape = tuple(v.shape) if isinstance(v, Tensor) else type(v).__name__
+                raise ValueError(f"view {i} has shape {shape}; every view is an [n, d_v] tensor (a 1-D view is "
+                                 "v[:, None])")  # fmt: skip
         ns = [int(v.shape[0]) for v in views]
         if len(set(ns)) != 1:
             raise ValueError(f"views have different numbers of samples: {ns}; every view must hold the same n.")
         for i, v in enumerate(views):
             if v.shape[1] < self.d:
-                raise ValueError(f"view {i} has {v.shape[1]} features < latent_dim={self.d}: W_v^T W_v = I needs d <= d_v")
+                raise ValueError(f"view {i} has {v.shape[1]} features < latent_dim={self.d}: W_v^T W_v = I needs "
+                                 "d <= d_v")  # fmt: skip
             if not torch.isfinite(v).all():
                 raise ValueError(f"view {i} holds NaN or inf")
+            if informative_features(v) == 0:
+                raise ValueError(f"view {i} is constant (none of its {v.shape[1]} features varies over the samples): "
+                                 "it carries no information about the clusters; drop it")  # fmt: skip
         if ns[0] < self.m:
             raise ValueError(f"n={ns[0]} samples < n_anchors={self.m}")
-        return [standardize(v.to(self.device, self.dtype)).T.contiguous() for v in views]
+        scales = self.view_scales(views)
+        return [(standardize(v.to(self.device, self.dtype)) * c).T.contiguous() for v, c in zip(views, scales)]
+
+    def view_scales(self, views: list[Tensor]) -> list[float]:
+        """The factor each standardised view is scaled by (see :meth:`prepare`): ``1 / sqrt(d_v')`` or 1."""
+        if self.view_scale == "mapstd":
+            return [1.0] * len(views)
+        return [informative_features(v) ** -0.5 for v in views]
 
     def init_state(self, X: list[Tensor]) -> RCSCState:
         """Z: soft assignment to m k-means centres of the concatenated views, exp(-(D - min D)/(T std D)) per sample,
@@ -244,10 +307,14 @@ class RCSC:
             s.C = cluster_means(s.Z, s.G, self.K)
         update_W(X, s)
         update_A(X, s, self.lam, beta)
-        update_Z(X, s, self.lam, beta, self.inner)
+        if self.constraint == "simplex":
+            update_Z(X, s, self.lam, beta, self.inner)
+        else:
+            update_Z_unconstrained(X, s, self.lam, beta)
         if beta > 0:
             update_CG(s)
-        update_alpha(X, s)
+        if self.weights == "learned":
+            update_alpha(X, s)
         obj = objective(X, s, self.lam, beta)
         s.history.append(obj)
         return obj
