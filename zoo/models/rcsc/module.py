@@ -200,6 +200,11 @@ class RCSCModule(ZooModule):
         views, y = batch
         self.metrics[stage].update(self.cluster(views), y)
 
+    def on_validation_start(self) -> None:
+        # a validation during the warm-up (before G exists): label with the current Z's spectral partition first
+        if self.state is not None and self.state.G is None:
+            self._sync(final=True)
+
     def validation_step(self, batch: tuple[list[Tensor], Tensor], batch_idx: int) -> None:
         self._evaluate(batch, "val")
 
