@@ -131,7 +131,7 @@ def test_reproduce_command_writes_how_it_ran_and_refuses_a_missing_diagnosis(tmp
         (lambda c: c.check_range("steps", 2.0, low=1, integer=True), "an int >= 1, but got 2.0"),
         (lambda c: c.check_range("steps", True, low=0, integer=True), "but got True"),
         (lambda c: c.check_range("lr", -1, low=0, low_open=True), "a finite float > 0, but got -1"),
-        (lambda c: c.check_choice("mode", "Raw", ("raw", "full")), "to be one of 'raw', 'full', but got 'Raw'."),
+        (lambda c: c.check_choice("mode", "Raw", ("raw", "full")), "one of 'raw', 'full', but got 'Raw' (did you mean 'raw'?)."),
         (lambda c: c.check_interval("clamp", (10, 0.1)), "(low, high) with low <= high, but got (10, 0.1)."),
         (lambda c: c.check_interval("clamp", (-1, 2), low=0), "both within [0, inf]"),
         (lambda c: c.check_interval("clamp", "ab"), "but got 'ab'"),

@@ -5,7 +5,7 @@ at the first step an hour later. Every zoo constructor that takes a probability,
 or a clamp range checks it with these helpers, so the messages read the same everywhere::
 
     Expected argument `p` to be a finite float in [0, 1], but got 1.5.
-    Expected argument `mode` to be one of 'official', 'exact', but got 'Exact'.
+    Expected argument `mode` to be one of 'official', 'exact', but got 'Exakt' (did you mean 'exact'?).
     Expected argument `lambda_clamp` to be (low, high) with low <= high, but got (10, 0.1).
 
 ``bool`` is refused where a number is expected (``True`` is an ``int`` to Python, never a count to a user), and NaN and
@@ -99,16 +99,22 @@ def check_choice(name: str, value: Any, choices: Iterable[Any]) -> None:
 
     Example:
         >>> check_choice("alpha_ddof", "exact", ("official", "exact"))
-        >>> check_choice("alpha_ddof", "Exact", ("official", "exact"))
+        >>> check_choice("alpha_ddof", "Exakt", ("official", "exact"))
         Traceback (most recent call last):
             ...
-        ValueError: Expected argument `alpha_ddof` to be one of 'official', 'exact', but got 'Exact'.
+        ValueError: Expected argument `alpha_ddof` to be one of 'official', 'exact', but got 'Exakt' (did you ...
     """
     choices = tuple(choices)
     if any(value == c and type(value) is type(c) for c in choices):
         return
+    close = []
+    if isinstance(value, str):
+        import difflib
+
+        close = difflib.get_close_matches(value, [c for c in choices if isinstance(c, str)], n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise ValueError(
-        f"Expected argument `{name}` to be one of {', '.join(repr(c) for c in choices)}, but got {value!r}."
+        f"Expected argument `{name}` to be one of {', '.join(repr(c) for c in choices)}, but got {value!r}{hint}."
     )
 
 

@@ -4,6 +4,7 @@ the backbones (the reproduction runs in the contract tests)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from lightning import Trainer
@@ -415,7 +416,7 @@ def test_module_and_backbone_errors() -> None:
     model = ECLClassifier()
     with pytest.raises(ValueError, match=r"expected images of shape \(B, 1, 8, 8\)"):
         model(torch.rand(2, 3, 8, 8))
-    with pytest.raises(ValueError, match="unknown activation 'gelu'"):
+    with pytest.raises(ValueError, match="`activation` to be one of 'clip_floor', 'clip', 'relu', but got 'gelu'"):
         ECLClassifier(activation="gelu")
 
 
@@ -475,3 +476,72 @@ def test_configure_optimizers_runs_the_cosine_over_max_epochs(tmp_path) -> None:
     scheduler = trainer.lr_scheduler_configs[0].scheduler
     assert scheduler.T_max == 3 and scheduler.last_epoch == 3
     assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-12)  # cos(π) at the end
+
+
+def test_spiking_network_refuses_nan_and_wrong_shapes_and_impossible_arguments() -> None:
+    """Check the one-line refusals the issue listed: a NaN image (a neuron never fires on NaN, so the SNN answered
+    class 6 silently), 3-channel images into the 1-channel network, percentile 0 (used to mean 99.9), v(0) = 5θ."""
+    model = ECLClassifier()
+    snn = model.to_snn()
+    x = torch.rand(3, 1, 8, 8)
+    x[1, 0, 2, 2] = float("nan")
+    with pytest.raises(ValueError, match="1 of 3 inputs hold NaN or inf"):
+        snn.predict(x, steps=2)
+    with pytest.raises(ValueError, match=r"expected images of shape \(B, 1, 8, 8\), got \(2, 3, 8, 8\)"):
+        snn.predict(torch.rand(2, 3, 8, 8), steps=2)
+    relu = ECLClassifier(activation="relu")
+    with pytest.raises(ValueError, match=r"`percentile` to be a finite float in \(0, 100\] or None, but got 0"):
+        relu.to_snn(calibration=torch.rand(8, 1, 8, 8), percentile=0)
+    with pytest.raises(ValueError, match=r"`v0_ratio` to be a finite float in \[0, 1\), but got 5"):
+        ECLClassifier(v0_ratio=5)
+    with pytest.raises(ValueError, match=r"`v0_ratio` to be a finite float in \[0, 1\) or None, but got 5"):
+        model.to_snn(v0_ratio=5)
+    with pytest.raises(ValueError, match="`levels` to be an int >= 1, but got 0"):
+        ECLClassifier(levels=0)
+
+
+# --- pinned to QCFS's official code (tests/fixtures/reference/snn-ecl; ECL has none) -------------------------------
+
+
+def test_clip_floor_activation_matches_qcfs_myfloor_forward_and_gradients(reference) -> None:
+    """Check ClipQuantActivation(λ = 2.5, L = 4) against QCFS's MyFloor(up=2.5, t=4) (putshua/SNN_conversion_QCFS at
+    c27a446): the outputs and both gradients (the identity-backward floor gives ∂/∂x = 1 inside the range and the
+    λ-gradient ⌊u⌋/L − x/λ there, 1 above it). The fixture's upstream gradient is 0 where the floored value is exactly
+    0 or 1: there torch.clamp's boundary subgradient decides, and it changed between torch releases (the zoo keeps
+    QCFS-era torch's closed range, ClipQuantActivation's comment)."""
+    ref = reference("snn-ecl", "myfloor")
+    act = ClipQuantActivation(float(ref["up"]), int(ref["t"])).double()
+    x = torch.from_numpy(ref["x"]).requires_grad_(True)
+    y = act(x)
+    (y * torch.from_numpy(ref["upstream"])).sum().backward()
+    np.testing.assert_allclose(y.detach().numpy(), ref["y"], atol=1e-12)
+    np.testing.assert_allclose(x.grad.numpy(), ref["grad_x"], atol=1e-12)
+    np.testing.assert_allclose(act.threshold.grad.numpy().reshape(-1), ref["grad_up"].reshape(-1), atol=1e-10)
+
+
+def test_single_threshold_neuron_with_half_start_matches_qcfs_scaled_neuron(reference) -> None:
+    """Check DualThresholdIFNeuron(θ, v0_ratio=½, dual=False), the QCFS neuron, against QCFS's ScaledNeuron
+    (spikingjelly's soft-reset IFNode with the 0.5 precharge) step by step on (12, 40) currents, some negative, some
+    above θ."""
+    ref = reference("snn-ecl", "scaled_neuron")
+    neuron = DualThresholdIFNeuron(float(ref["theta"]), v0_ratio=0.5, dual=False)
+    out = neuron.multi_step(torch.from_numpy(ref["inputs"]).float())
+    np.testing.assert_allclose(out.numpy(), ref["outputs"], atol=1e-5)
+
+
+def test_reproduction_arms_convert_the_networks_they_say() -> None:
+    """Check the reproduction's arms: every claim names arms the run has, ECL and QCFS differ only in the dual
+    threshold, the no-clip ablation is a ReLU network with ECL's neuron, and every arm's neurons are configured as
+    named (v(0), dual) after conversion."""
+    from zoo.models.snn_ecl.reproduce import ANNS, ARMS, CLAIMS
+
+    for claim in CLAIMS:
+        assert {claim.method, *claim.all_stand_ins} <= set(ARMS), claim.name
+    assert ARMS["ecl"][0] == ARMS["qcfs"][0] and ARMS["ecl"][1]["dual"] and not ARMS["qcfs"][1]["dual"]
+    assert ANNS[ARMS["no-clip"][0]]["activation"] == "relu" and ARMS["no-clip"][1]["dual"]
+    models = {name: ECLClassifier(**args) for name, args in ANNS.items()}
+    x = torch.rand(16, 1, 8, 8)
+    for arm, (name, kwargs) in ARMS.items():
+        snn = models[name].to_snn(calibration=x if "percentile" in kwargs else None, **kwargs)
+        neurons = list(snn.neurons.values())
+        assert neurons and all(n.dual == kwargs["dual"] and n.v0_ratio == kwargs["v0_ratio"] for n in neurons), arm

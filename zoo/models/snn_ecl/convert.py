@@ -67,9 +67,10 @@ class SpikingNetwork(nn.Module):
         torch.Size([16, 5, 3])
     """
 
-    def __init__(self, net: nn.Module) -> None:
+    def __init__(self, net: nn.Module, in_shape: tuple[int, ...] | list[int] | None = None) -> None:
         super().__init__()
         self.net = net.eval()
+        self.in_shape = tuple(in_shape) if in_shape is not None else None
 
     def train(self, mode: bool = True) -> SpikingNetwork:
         return super().train(False)  # BatchNorm in train mode would mix the statistics of time steps and samples
@@ -93,6 +94,13 @@ class SpikingNetwork(nn.Module):
         """
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise ValueError(f"steps must be a positive integer number of time steps, got {steps!r}")
+        if self.in_shape is not None and tuple(x.shape[1:]) != self.in_shape:
+            raise ValueError(f"expected images of shape (B, {', '.join(map(str, self.in_shape))}), got "
+                             f"{tuple(x.shape)}: the spiking network keeps its ANN's input shape")  # fmt: skip
+        if not torch.isfinite(x).all():
+            bad = int((~torch.isfinite(x)).flatten(1).any(1).sum())
+            raise ValueError(f"{bad} of {len(x)} inputs hold NaN or inf: a neuron never crosses its threshold on NaN, "
+                             "so the network would answer silently")  # fmt: skip
         chunk = steps if chunk is None else chunk
         if chunk < 1:
             raise ValueError(f"chunk must be ≥ 1, got {chunk}")
@@ -130,6 +138,7 @@ def convert(
     v0_ratio: float = 0.5,
     dual: bool = True,
     neg_threshold: float = 0.0,
+    in_shape: tuple[int, ...] | list[int] | None = None,
 ) -> SpikingNetwork:
     """Convert a trained ANN (a copy: ``net`` is untouched) into a :class:`SpikingNetwork`.
 
@@ -144,6 +153,7 @@ def convert(
         v0_ratio: initial membrane potential / θ (ECL: ½; naive: 0).
         dual: dual-threshold neurons (ECL) or single-threshold IF neurons.
         neg_threshold: θ⁻ / θ of the dual neurons.
+        in_shape: the shape of one input, checked at every simulation (the ANN's ``in_shape``).
     """
     _check_layers(net)
     thresholds = dict(thresholds or {})
@@ -167,7 +177,7 @@ def convert(
             _swap(snn, name, nn.AvgPool2d(m.kernel_size, m.stride, m.padding, ceil_mode=m.ceil_mode))
         elif isinstance(m, nn.AdaptiveMaxPool2d):
             _swap(snn, name, nn.AdaptiveAvgPool2d(m.output_size))
-    return SpikingNetwork(snn)
+    return SpikingNetwork(snn, in_shape)
 
 
 @torch.no_grad()
@@ -227,6 +237,7 @@ def naive_convert(
     v0_ratio: float = 0.0,
     dual: bool = False,
     neg_threshold: float = 0.0,
+    in_shape: tuple[int, ...] | list[int] | None = None,
 ) -> SpikingNetwork:
     """The classical baseline: thresholds = the ``percentile`` of each layer's training activations (data-based
     normalisation), v(0) = 0, single-threshold IF neurons with soft reset. Works on any ReLU network.
@@ -238,4 +249,4 @@ def naive_convert(
         torch.Size([8, 5, 3])
     """
     thresholds = activation_percentiles(net, data, percentile)
-    return convert(net, thresholds, v0_ratio=v0_ratio, dual=dual, neg_threshold=neg_threshold)
+    return convert(net, thresholds, v0_ratio=v0_ratio, dual=dual, neg_threshold=neg_threshold, in_shape=in_shape)

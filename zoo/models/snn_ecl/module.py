@@ -8,6 +8,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from zoo.arguments import check_choice, check_range
 from zoo.models.snn_ecl.activation import ClipQuantActivation
 from zoo.models.snn_ecl.backbones import build_backbone
 from zoo.models.snn_ecl.convert import SpikingNetwork, convert, naive_convert
@@ -68,8 +69,17 @@ class ECLClassifier(ImageClassifier):
         percentile: float = 99.9,
     ) -> None:
         super().__init__()
-        if activation not in ("clip_floor", "clip", "relu"):
-            raise ValueError(f"unknown activation {activation!r}; choose 'clip_floor', 'clip' or 'relu'")
+        check_choice("backbone", backbone, ("cnn_small", "mlp", "vgg16", "resnet18"))
+        check_choice("activation", activation, ("clip_floor", "clip", "relu"))
+        check_range("num_classes", num_classes, low=2, integer=True)
+        check_range("levels", levels, low=1, integer=True)
+        check_range("lambda_init", lambda_init, low=0, low_open=True)
+        check_range("lr", lr, low=0, low_open=True)
+        check_range("momentum", momentum, 0.0, 1.0, high_open=True)
+        check_range("weight_decay", weight_decay, low=0)
+        check_range("v0_ratio", v0_ratio, 0.0, 1.0, high_open=True)
+        check_range("neg_threshold", neg_threshold, -1.0, 0.0)
+        check_range("percentile", percentile, 0.0, 100.0, low_open=True)
         self.save_hyperparameters()
         if activation == "relu":
             act = nn.ReLU
@@ -111,6 +121,9 @@ class ECLClassifier(ImageClassifier):
         the naive conversion, whose unspecified arguments then default to v(0) = 0 and a single threshold.
         """
         hp = self.hparams
+        check_range("v0_ratio", v0_ratio, 0.0, 1.0, high_open=True, optional=True)
+        check_range("neg_threshold", neg_threshold, -1.0, 0.0, optional=True)
+        check_range("percentile", percentile, 0.0, 100.0, low_open=True, optional=True)
         naive = percentile is not None or self.snn_needs_calibration
         defaults = {"v0_ratio": 0.0, "dual": False, "neg_threshold": 0.0} if naive else hp
         kwargs = {
@@ -118,6 +131,7 @@ class ECLClassifier(ImageClassifier):
             "dual": defaults["dual"] if dual is None else dual,
             "neg_threshold": defaults["neg_threshold"] if neg_threshold is None else neg_threshold,
         }
+        kwargs["in_shape"] = list(hp.in_shape)
         if not naive:
             return convert(self.net, **kwargs).eval()
         if calibration is None:
@@ -125,7 +139,8 @@ class ECLClassifier(ImageClassifier):
                 "the naive conversion calibrates thresholds on data: pass calibration=<training images> "
                 "(a ReLU network has no learned thresholds)"
             )
-        return naive_convert(self.net, calibration, percentile or hp.percentile, **kwargs).eval()
+        percentile = hp.percentile if percentile is None else percentile  # 0 is refused above, never a default
+        return naive_convert(self.net, calibration, percentile, **kwargs).eval()
 
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
         x, y = batch[0], batch[1]

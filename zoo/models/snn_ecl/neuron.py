@@ -6,6 +6,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from zoo.arguments import check_range
+
 __all__ = ["DualThresholdIFNeuron"]
 
 
@@ -45,10 +47,8 @@ class DualThresholdIFNeuron(nn.Module):
         threshold = torch.as_tensor(threshold, dtype=torch.float32).detach().clone()
         if threshold.numel() != 1 or not float(threshold) > 0:
             raise ValueError(f"threshold must be one positive number, got {threshold.tolist()}")
-        if neg_threshold > 0:
-            raise ValueError(
-                f"neg_threshold is a ratio of θ below the reset point and must be ≤ 0, got {neg_threshold}"
-            )
+        check_range("v0_ratio", v0_ratio, 0.0, 1.0, high_open=True)  # v(0) in [0, θ): a neuron at θ fires at once
+        check_range("neg_threshold", neg_threshold, -1.0, 0.0)  # a ratio of θ, at or below the reset point
         self.register_buffer("threshold", threshold)
         self.v0_ratio, self.dual, self.neg_threshold = float(v0_ratio), bool(dual), float(neg_threshold)
         self.steps = 1
