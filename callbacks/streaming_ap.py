@@ -12,6 +12,7 @@ from torch import Tensor
 from torchmetrics.classification import BinaryAveragePrecision
 
 from zoo.callbacks.stages import EvaluationStages
+from zoo.metrics.anomaly import anomaly_ap_metric
 
 __all__ = ["StreamingAveragePrecision"]
 
@@ -19,10 +20,8 @@ _METHODS = {"val": "validation_step", "test": "test_step", "predict": "predict_s
 
 
 def _metric() -> BinaryAveragePrecision:
-    # Exact AP (no threshold binning), like sklearn's average_precision_score. normalization=None: anomaly scores
-    # are not logits; the default sigmoid would tie every score above ~17 at 1.0 in float32 and change the APS.
-    # Warm-up rows get target -1 and are ignored.
-    return BinaryAveragePrecision(thresholds=None, ignore_index=-1, normalization=None)
+    # Exact AP on the scores as given (zoo.metrics.anomaly); warm-up rows get target -1 and are ignored.
+    return anomaly_ap_metric(ignore_index=-1)
 
 
 class StreamingAveragePrecision(EvaluationStages):

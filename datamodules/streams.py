@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from zoo.datamodules.base import BatchedDataModule
 from zoo.datamodules.checks import check_finite
 
-__all__ = ["StreamDataModule", "StreamDataset", "make_drifting_stream"]
+__all__ = ["BENCHMARK_KINDS", "StreamDataModule", "StreamDataset", "make_benchmark_stream", "make_drifting_stream"]
 
 _SOURCES = ("synthetic", "mat", "npz", "csv")
 _FORMATS = {
@@ -82,6 +82,61 @@ def make_drifting_stream(
     x[late, :2] *= 3.0  # regime 2: the drift every point sees
     x[~late, :2] += shift[~late]
     x[late, 2:4] += shift[late]
+    return x, y
+
+
+BENCHMARK_KINDS = ("drift", "clusters", "marginal", "subspace", "gradual", "wide")
+
+
+def make_benchmark_stream(kind: str, n: int = 4000, seed: int = 0) -> tuple[Tensor, Tensor]:
+    """One stream of the benchmark where no single detector wins (``zoo reproduce sead``), 2 % anomalies.
+
+    - ``"drift"``: :func:`make_drifting_stream` (dims 4, an abrupt drift half way).
+    - ``"clusters"``: inliers from 4 well-separated Gaussian clusters in 6 dims; an anomaly sits between two
+      clusters, inside every feature's range (a per-feature rule cannot see it, a distance can).
+    - ``"marginal"``: standard normal inliers in 10 dims; an anomaly has one feature at ±(4.5 to 5.5).
+    - ``"subspace"``: 12 dims in 6 strongly correlated pairs; an anomaly breaks one pair (its second feature
+      3 away from the first), within both marginals.
+    - ``"gradual"``: 4 dims whose mean drifts steadily (12 units over the stream); an anomaly is ±4.5 in one feature.
+    - ``"wide"``: ``"marginal"`` in 40 dims (one extreme feature among many: distances dilute it).
+
+    Example:
+        >>> x, y = make_benchmark_stream("clusters", n=500, seed=0)
+        >>> x.shape, y.dtype
+        (torch.Size([500, 6]), torch.int64)
+    """
+    if kind not in BENCHMARK_KINDS:
+        raise ValueError(f"Expected argument `kind` to be one of {', '.join(map(repr, BENCHMARK_KINDS))}, but got {kind!r}.")
+    if kind == "drift":
+        return make_drifting_stream(n=n, seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    y = (torch.rand(n, generator=g) < 0.02).long()
+    rows = torch.nonzero(y).flatten()
+    sign = torch.where(torch.rand(n, generator=g) < 0.5, -1.0, 1.0)
+    if kind == "clusters":
+        centres = 6.0 * torch.randn(4, 6, generator=g)
+        x = centres[torch.randint(4, (n,), generator=g)] + torch.randn(n, 6, generator=g)
+        a = torch.randint(4, (n,), generator=g)
+        b = (a + torch.randint(1, 4, (n,), generator=g)) % 4
+        between = 0.5 * (centres[a] + centres[b]) + 0.5 * torch.randn(n, 6, generator=g)
+        x[rows] = between[rows]
+        return x, y
+    if kind in ("marginal", "wide"):
+        dim = 10 if kind == "marginal" else 40
+        x = torch.randn(n, dim, generator=g)
+        j = torch.randint(dim, (n,), generator=g)
+        x[rows, j[rows]] = (sign * (4.5 + torch.rand(n, generator=g)))[rows]
+        return x, y
+    if kind == "subspace":
+        z = torch.randn(n, 6, generator=g)
+        x = torch.cat([z, z + 0.3 * torch.randn(n, 6, generator=g)], 1)
+        j = torch.randint(6, (n,), generator=g)
+        x[rows, j[rows] + 6] = x[rows, j[rows]] + 3.0 * sign[rows]
+        return x, y
+    trend = torch.linspace(0.0, 12.0, n)[:, None] * torch.tensor([1.0, -0.5, 0.0, 0.5])  # "gradual"
+    x = torch.randn(n, 4, generator=g) + trend
+    j = torch.randint(4, (n,), generator=g)
+    x[rows, j[rows]] += 4.5 * sign[rows]
     return x, y
 
 

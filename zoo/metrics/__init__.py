@@ -1,5 +1,6 @@
 """Metrics shared by the zoo's papers: torchmetrics ``Metric`` classes (fixed-size sum states) and functionals."""
 
+from zoo.metrics.anomaly import anomaly_ap_metric, average_precision
 from zoo.metrics.dead_atoms import DeadAtomFraction
 from zoo.metrics.dictionary_stability import (
     DictionaryStability,
@@ -36,6 +37,8 @@ from zoo.metrics.win_rate import (
 
 __all__ = [
     "AnnotationSaving",
+    "anomaly_ap_metric",
+    "average_precision",
     "ControlVariatesWinRate",
     "DeadAtomFraction",
     "DictionaryStability",

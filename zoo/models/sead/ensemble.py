@@ -48,6 +48,9 @@ class SEADEnsemble(nn.Module):
         sample_k: SEAD++: expected number of detectors scored per point (``None``: SEAD, all of them).
         gamma: SEAD++ exploration γ.
         seed: seed of the detectors' randomness and of SEAD++'s draws.
+        clip_output: emit S_t from the clipped normalised scores (the card's reconstruction, default); ``False``
+            emits it from the unclipped ones (review note: the clip ties every score above a detector's running
+            q_hi at 1, which lowers average precision). The Hedge loss is clipped either way.
         chunked: score each chunk with batched detector and normaliser ops (default); ``False`` steps row by row,
             the same results more slowly (the per-point reference, and SEAD++'s fair speed comparison).
 
@@ -73,12 +76,13 @@ class SEADEnsemble(nn.Module):
         sample_k: float | None = None,
         gamma: float = 0.05,
         seed: int = 0,
+        clip_output: bool = True,
         chunked: bool = True,
     ) -> None:
         super().__init__()
         if not detectors:
             raise ValueError("SEADEnsemble needs at least one detector: the pool is empty.")
-        self.dim, self.warmup, self.chunked = dim, warmup, chunked
+        self.dim, self.warmup, self.chunked, self.clip_output = dim, warmup, chunked, bool(clip_output)
         self.pool = build_pool(detectors, dim, seed)
         m = len(self.pool)
         self.normalizer = QuantileNormalizer(m, mode=normalizer, q_lo=q_lo, q_hi=q_hi, capacity=capacity)
@@ -111,8 +115,9 @@ class SEADEnsemble(nn.Module):
         w = self.hedge.weights()
         if self.sampler is None:
             raw = torch.stack([d.score(x) for d in self.pool]).float()
-            s_hat = self.normalizer.normalize(raw)
-            score = self.hedge.combine(s_hat)
+            emitted = self.normalizer.normalize(raw, clip=self.clip_output)
+            s_hat = emitted.clamp(0.0, 1.0)  # the clipped value: clip(unclipped) is the clipped map
+            score = self.hedge.combine(emitted)
             loss = s_hat
         else:
             mask, inclusion = self.sampler.draw(w)
@@ -166,8 +171,9 @@ class SEADEnsemble(nn.Module):
     def _forward_chunk(self, x: Tensor) -> dict[str, Tensor]:
         x = x.float()
         raw = score_learn_many(self.pool, x)  # (B, M), each family's settings stacked
-        s_hat = self.normalizer.forward_chunk(raw)
+        emitted = self.normalizer.forward_chunk(raw, clip=self.clip_output)
+        s_hat = emitted.clamp(0.0, 1.0)  # the clipped value: clip(unclipped) is the clipped map
         active = self.t + torch.arange(len(x), device=x.device) >= self.warmup
         before, after = self.hedge.update_many(s_hat, active)
         self.t += len(x)
-        return {"score": (before * s_hat).sum(1), "normalized": s_hat, "raw": raw, "weights": after}
+        return {"score": (before * emitted).sum(1), "normalized": s_hat, "raw": raw, "weights": after}

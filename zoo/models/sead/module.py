@@ -62,6 +62,7 @@ class SEAD(ZooModule):
         sample_k: float | None = None,
         gamma: float = 0.05,
         seed: int = 0,
+        clip_output: bool = True,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -80,6 +81,7 @@ class SEAD(ZooModule):
             sample_k=sample_k,
             gamma=gamma,
             seed=seed,
+            clip_output=clip_output,
         )
 
     @property
