@@ -258,3 +258,14 @@ def test_verdicts_ignore_passing_stand_ins_of_reported_claims() -> None:
     reported = evaluate(r, [_kinded(asserted=False)])
     assert verdicts(reported)["stand_ins_passed"] == []
     assert verdicts(evaluate(r, [_kinded()]))["stand_ins_passed"] == ["saves_at_least_0.1/ppi"]
+
+
+def test_seeds_held_counts_only_the_seeds_that_ran_the_claims_experiment() -> None:
+    """Two experiments in one run on different seeds: a claim on the 2-seed one is judged on 2 seeds, not on the
+    other experiment's 5 with its means filled in."""
+    r = {"a/x": 0.5, "a/x/seed0": 1.0, "a/x/seed1": 0.0, "b/x": 0.0, "b/x/seed0": 0.0, "b/x/seed1": 0.0}
+    r.update({f"c/y/seed{s}": float(s) for s in range(5)})
+    claim = Claim("x_at_least_0.4", lambda res, arm: res[f"{arm}/x"], method="a", at_least=0.4,
+                  baselines={"b": "b"}, why_none={"ablations": "none", "alternatives": "none"})  # fmt: skip
+    out = evaluate(r, [claim])
+    assert out["claims/x_at_least_0.4"] == 1.0 and out["seeds_held/x_at_least_0.4"] == 0.5  # seeds 0 and 1 only

@@ -294,6 +294,18 @@ class Claim:
         return max(0.0, below, above)
 
 
+class _SeedView(dict):
+    """A seed's view of the results that notes whether a read found a per-seed number (``seeded``)."""
+
+    def __init__(self, data: Mapping[str, Any], own: set[str]) -> None:
+        super().__init__(data)
+        self.own, self.seeded = own, False
+
+    def __getitem__(self, key: str) -> Any:
+        self.seeded |= key in self.own
+        return super().__getitem__(key)
+
+
 def seed_views(results: Mapping[str, Any], seeds: Iterable[int] | None = None) -> dict[int, dict[str, Any]]:
     """One view of the results per seed: each ``<key>/seed<s>`` read as ``<key>``; keys without seeds kept.
 
@@ -308,7 +320,7 @@ def seed_views(results: Mapping[str, Any], seeds: Iterable[int] | None = None) -
             per_seed.setdefault(int(m["seed"]), {})[m["base"]] = value
     wanted = sorted(per_seed) if seeds is None else list(seeds)
     shared = {k: v for k, v in results.items() if not _SEED_KEY.match(k)}
-    return {s: {**shared, **per_seed.get(s, {})} for s in wanted}
+    return {s: _SeedView({**shared, **per_seed.get(s, {})}, set(per_seed.get(s, {}))) for s in wanted}
 
 
 def _bounds(out: dict[str, float], name: str, item: Claim | Check | TaskCheck) -> None:
@@ -327,7 +339,8 @@ def evaluate(
     """Evaluate claims (method and every stand-in) and checks on ``results``; returns the keys to add.
 
     With ``per_seed`` and ``<key>/seed<s>`` results present, each claim is also evaluated seed by seed
-    (``seeds_held/<name>``); a claim whose numbers have no per-seed form is read from the means on every view.
+    (``seeds_held/<name>``) on the seeds that have its numbers (experiments of one run may use different seeds); a
+    claim whose numbers have no per-seed form is read from the means on every view.
     """
     names = [c.name for c in claims] + [c.name for c in checks]
     if len(set(names)) != len(names):
@@ -346,7 +359,13 @@ def evaluate(
         out[f"{claim.prefix}/{claim.name}"] = float(claim.meets(method_value) and all(rejected))
         _bounds(out, claim.name, claim)
         if len(views) > 1:
-            held = [claim.meets(claim.value_for(view, claim.method)) for view in views.values()]
+            held, seeded = [], []
+            for view in views.values():
+                view.seeded = False
+                held.append(claim.meets(claim.value_for(view, claim.method)))
+                seeded.append(view.seeded)
+            if any(seeded):  # only the seeds that ran the claim's experiment
+                held = [h for h, s in zip(held, seeded) if s]
             out[f"seeds_held/{claim.name}"] = sum(held) / len(held)
     for check in checks:
         if isinstance(check, TaskCheck):
