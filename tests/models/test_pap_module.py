@@ -10,11 +10,9 @@ import torch
 from lightning import Trainer
 from safetensors.torch import save_file
 from torch.utils.data import DataLoader, TensorDataset
-
-pytest.importorskip("torchattacks")
+from zoo.callbacks.robust_eval import RobustEvaluation
 
 from zoo.attacks import make_attack
-from zoo.callbacks.robust_eval import RobustEvaluation
 from zoo.models.pap.attacks import PromptedPipeline
 from zoo.models.pap.module import AdversarialClassifier, PAPModule
 
@@ -126,7 +124,65 @@ def test_cifar_shaped_pipeline_on_a_user_resnet18_state_dict(tmp_path: Path) -> 
     assert model.prompt.init_from_exemplars(x, y, classes=[3, 7]) == [3, 7]
     logits = model(x)
     assert logits.shape == (2, 10) and torch.isfinite(logits).all()
-    scores = RobustEvaluation(eps=8 / 255, alpha=2 / 255, steps=1).evaluate(model, x, y)
-    assert {"natural/pap", "robust/pgd/nonadaptive/pap", "robust/pgd/adaptive_worst/pap"} <= set(scores)
+    scores = RobustEvaluation(attacks=("pgd",), eps=8 / 255, alpha=2 / 255, steps=1, restarts=1,
+                              view_attacks=("pgd",)).evaluate(model, x, y)  # fmt: skip
+    assert {"natural/pap", "robust/pgd/nonadaptive/pap", "robust/pgd/true_prompt/pap", "robust/pgd/eot/pap",
+            "robust/worst/pap"} <= set(scores)  # fmt: skip
     with pytest.raises(ValueError, match=r"must lie in \[0, 1\]"):
         model((x - 0.5) / 0.25)  # normalised images: the DataModule must serve [0, 1] (normalize=False)
+
+
+class _MeanClassifier(torch.nn.Module):
+    """Two classes by the image's mean pixel: class 1 when it is above 0.5."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        m = x.flatten(1).mean(1)
+        return torch.stack([0.5 - m, m - 0.5], dim=1)
+
+
+def test_lambda_is_updated_from_the_accuracy_ratio_on_adversarial_images_not_clean_ones() -> None:
+    """A case worked by hand. The amplitude prompt of class 1 is 1.0 at the DC frequency only, so the amplitude-only
+    image is x + λ·1.0/4 (ifftn divides by the 4 pixels) and the phase-only image is x (zero phase prompt). The clean
+    images have mean 0.6: both variants are right on 4 of 4, a ratio of 1. The adversarial images have means 0.3,
+    0.3, 0.3 and 0.6: amplitude-only gets 4 right (0.55, 0.55, 0.55, 0.85), phase-only 1, so λ ← 1 · 4/1 = 4."""
+    model = PAPModule(in_shape=[1, 2, 2], num_classes=2, lambda_every=1, lambda_images=4)
+    model.base = _MeanClassifier()
+    with torch.no_grad():
+        model.prompt.amplitude.zero_()
+        model.prompt.phase.zero_()
+        model.prompt.amplitude[1, 0, 0, 0] = 1.0
+    clean = torch.full((4, 1, 2, 2), 0.6)
+    adversarial = torch.tensor([0.3, 0.3, 0.3, 0.6]).view(4, 1, 1, 1).expand(4, 1, 2, 2).clone()
+    model._attack = lambda x, y: adversarial  # type: ignore[method-assign]
+    model._lambda_x, model._lambda_y = [clean], [torch.ones(4, dtype=torch.long)]
+    model.on_train_epoch_end()
+    assert float(model.prompt.lambda_amp) == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"lambda_clamp": (10, 0.1)}, "lambda_clamp"),
+        ({"lr": -1.0}, "`lr` to be a finite float > 0"),
+        ({"lambda_every": 0}, "`lambda_every` to be an int >= 1"),
+        ({"eps": 0.0}, "`eps`"),
+        ({"attack_steps": 0}, "`attack_steps`"),
+        ({"base_backbone": "resnet"}, "`base_backbone`"),
+        ({"exp_l1_weight": -1.0}, "`exp_l1_weight`"),
+    ],
+)
+def test_impossible_arguments_are_refused_naming_the_argument(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        PAPModule(**kwargs)
+
+
+def test_bad_images_are_refused_with_one_line_naming_the_problem() -> None:
+    model = PAPModule().eval()
+    x = torch.rand(2, 1, 8, 8)
+    x[0, 0, 3, 3] = float("nan")
+    with pytest.raises(ValueError, match="1 NaN or infinite values"):
+        model(x)
+    with pytest.raises(ValueError, match=r"expected images of shape \(B, 1, 8, 8\), got \(2, 3, 32, 32\)"):
+        model(torch.rand(2, 3, 32, 32))  # refused before the base's convolution sees it
+    with pytest.raises(ValueError, match="empty batch"):
+        model(torch.rand(0, 1, 8, 8))

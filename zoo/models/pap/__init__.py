@@ -7,8 +7,13 @@
 * :class:`PixelPrompt` (the C-AVP proxy) and :func:`matched_norm_random_prompt`, the compared prompts.
 """
 
-from zoo.models.pap.attacks import PromptedPipeline
-from zoo.models.pap.baselines import PixelPrompt, matched_norm_random_prompt
+from zoo.models.pap.attacks import ExpectationOverPrompts, PromptedPipeline
+from zoo.models.pap.baselines import (
+    InputTransformDefence,
+    PixelPrompt,
+    SpectrumPrompt,
+    matched_norm_random_prompt,
+)
 from zoo.models.pap.module import AdversarialClassifier, PAPModule, build_base_net
 from zoo.models.pap.prompt import PhaseAmplitudePrompt, check_unit_range
 from zoo.models.pap.training import (
@@ -24,11 +29,14 @@ from zoo.models.pap.training import (
 
 __all__ = [
     "AdversarialClassifier",
+    "ExpectationOverPrompts",
+    "InputTransformDefence",
     "PAPModule",
     "PhaseAmplitudePrompt",
     "PixelPrompt",
     "PromptedPipeline",
     "SignSGD",
+    "SpectrumPrompt",
     "build_base_net",
     "check_unit_range",
     "cw_rand_margin",

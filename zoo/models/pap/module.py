@@ -8,6 +8,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from zoo.arguments import check_choice, check_interval, check_range
 from zoo.attacks import make_attack
 from zoo.models.pap.attacks import PromptedPipeline
 from zoo.models.pap.prompt import PhaseAmplitudePrompt
@@ -45,9 +46,22 @@ def build_base_net(backbone: str, in_shape: list[int], num_classes: int) -> nn.M
     return build_backbone(backbone, list(in_shape), num_classes, nn.ReLU)
 
 
+def _check_base_args(backbone: str, in_shape: list[int], num_classes: int, name: str = "backbone") -> None:
+    check_choice(name, backbone, ("card_cnn", "cnn_small", "resnet18"))
+    if len(in_shape) != 3 or any(not isinstance(s, int) or isinstance(s, bool) or s < 1 for s in in_shape):
+        raise ValueError(f"Expected argument `in_shape` to be [C, H, W] of positive ints, but got {in_shape!r}.")
+    check_range("num_classes", num_classes, 2, integer=True)
+
+
+def _check_attack_args(eps: float, alpha: float, attack_steps: int) -> None:
+    check_range("eps", eps, 0, 1, low_open=True)
+    check_range("alpha", alpha, 0, low_open=True)
+    check_range("attack_steps", attack_steps, 1, integer=True)
+
+
 class AdversarialClassifier(ImageClassifier):
-    """A classifier trained by PGD adversarial training (Madry et al.): each batch is replaced by its torchattacks
-    L∞ PGD examples (random start) against the current weights. PAP's frozen base (the ``pap-base`` entry).
+    """A classifier trained by PGD adversarial training (Madry et al.): each batch is replaced by its L∞ PGD
+    examples (ART) (random start) against the current weights. PAP's frozen base (the ``pap-base`` entry).
 
     Inputs are images in [0, 1]; any normalisation belongs inside ``net``.
 
@@ -69,6 +83,10 @@ class AdversarialClassifier(ImageClassifier):
         weight_decay: float = 0.0,
     ) -> None:
         super().__init__()
+        _check_base_args(backbone, in_shape, num_classes)
+        _check_attack_args(eps, alpha, attack_steps)
+        check_range("lr", lr, 0, low_open=True)
+        check_range("weight_decay", weight_decay, 0)
         self.save_hyperparameters()
         self.net = build_base_net(backbone, list(in_shape), num_classes)
         self.add_accuracy_metrics()
@@ -77,7 +95,7 @@ class AdversarialClassifier(ImageClassifier):
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
         x, y = batch[0], batch[1]
         hp = self.hparams
-        if self._pgd is None:  # built once; torchattacks switches the net to eval for the attack and back after
+        if self._pgd is None:  # built once; the attack puts every submodule back in its mode after
             self._pgd = make_attack(self.net, "pgd", hp.eps, hp.alpha, hp.attack_steps, hp.num_classes)
         x_adv = self._pgd(x, y)
         loss = nn.functional.cross_entropy(self.net(x_adv), y)
@@ -133,7 +151,7 @@ def _load_net_state(net: nn.Module, state: dict[str, Tensor], where: str) -> Non
 class PAPModule(ImageClassifier):
     """Phase- and amplitude-aware prompts learned on a frozen base classifier (card §2).
 
-    Each training batch is attacked on the bare base (torchattacks PGD), both prompted with the true label's
+    Each training batch is attacked on the bare base (PGD, ART), both prompted with the true label's
     prompts, and the prompts take one signed step on the card's loss; the learning rate drops tenfold at 75 % of
     ``max_epochs`` and λ is multiplied by acc_A / acc_Φ every ``lambda_every`` epochs (clamped). The base never
     trains and stays in eval mode. At test time the prompt of the base's own prediction is applied (§2.4).
@@ -175,6 +193,18 @@ class PAPModule(ImageClassifier):
         lambda_images: int = 512,
     ) -> None:
         super().__init__()
+        _check_base_args(base_backbone, in_shape, num_classes, "base_backbone")
+        _check_attack_args(eps, alpha, attack_steps)
+        check_range("lr", lr, 0, low_open=True)
+        check_range("lr_drop_at", lr_drop_at, 0, 1, low_open=True)
+        for name, weight in (("exp_l1_weight", exp_l1_weight), ("cw_weight", cw_weight), ("nat_weight", nat_weight)):
+            check_range(name, weight, 0)
+        check_range("cw_margin", cw_margin)
+        check_range("lambda_every", lambda_every, 1, integer=True)
+        check_range("lambda_images", lambda_images, 1, integer=True)
+        if lambda_clamp is not None:
+            check_interval("lambda_clamp", lambda_clamp, low=0)
+            check_range("lambda_clamp[0]", lambda_clamp[0], 0, low_open=True)
         self.save_hyperparameters()
         self.base = build_base_net(base_backbone, list(in_shape), num_classes)
         if base is not None and base_weights is not None:

@@ -20,14 +20,24 @@ _DIMS = (-3, -2, -1)  # (C, H, W): one 3-D FFT per image, not a 2-D FFT per chan
 
 
 def check_unit_range(x: torch.Tensor, name: str = "images") -> None:
-    """Refuse inputs outside [0, 1]: the attacks' ε and the prompts assume unnormalised images.
+    """Refuse empty batches, NaN or infinite pixels and inputs outside [0, 1]: the attacks' ε and the prompts assume
+    unnormalised images.
 
     >>> check_unit_range(torch.rand(2, 1, 8, 8))
     >>> check_unit_range(torch.full((1, 1, 2, 2), 2.0))
     Traceback (most recent call last):
     ...
     ValueError: images must lie in [0, 1] (got min 2, max 2): ...
+    >>> check_unit_range(torch.full((1, 1, 2, 2), float("nan")))
+    Traceback (most recent call last):
+    ...
+    ValueError: images hold 4 NaN or infinite values: ...
     """
+    if not x.numel():
+        raise ValueError(f"{name} is an empty batch (shape {tuple(x.shape)}): nothing to classify")
+    bad = int((~torch.isfinite(x)).sum())
+    if bad:
+        raise ValueError(f"{name} hold {bad} NaN or infinite values: PAP needs finite pixels in [0, 1]")
     lo, hi = float(x.min()), float(x.max())
     if lo < 0.0 or hi > 1.0:
         raise ValueError(
@@ -43,6 +53,8 @@ class PhaseAmplitudePrompt(nn.Module):
         num_classes: K, the number of prompt pairs (one per class of the base classifier).
         image_shape: (C, H, W) of the images.
         lambda_amp: the initial amplitude weight λ (the card starts it at 1).
+        use_amplitude, use_phase: which prompts the forward applies (both for PAP; one off: the card's phase-only
+            and amplitude-only ablations, whose other prompt then gets no gradient and never moves).
 
     Example:
         >>> prompt = PhaseAmplitudePrompt(num_classes=3, image_shape=(1, 8, 8))
@@ -55,8 +67,18 @@ class PhaseAmplitudePrompt(nn.Module):
         torch.Size([4, 1, 8, 8])
     """
 
-    def __init__(self, num_classes: int, image_shape: tuple[int, int, int], lambda_amp: float = 1.0) -> None:
+    def __init__(
+        self,
+        num_classes: int,
+        image_shape: tuple[int, int, int],
+        lambda_amp: float = 1.0,
+        use_amplitude: bool = True,
+        use_phase: bool = True,
+    ) -> None:
         super().__init__()
+        if not (use_amplitude or use_phase):
+            raise ValueError("use_amplitude and use_phase are both False: the prompt would be the identity")
+        self.use_amplitude, self.use_phase = bool(use_amplitude), bool(use_phase)
         if num_classes < 2:
             raise ValueError(f"num_classes must be at least 2, got {num_classes}")
         if len(image_shape) != 3:
@@ -106,11 +128,14 @@ class PhaseAmplitudePrompt(nn.Module):
         return done
 
     def forward(
-        self, x: torch.Tensor, labels: torch.Tensor, amplitude: bool = True, phase: bool = True
+        self, x: torch.Tensor, labels: torch.Tensor, amplitude: bool | None = None, phase: bool | None = None
     ) -> torch.Tensor:
         """Apply the prompts of ``labels`` (one class per image) to ``x``; ``amplitude=False`` or ``phase=False``
-        leaves that part of the spectrum unprompted (the amplitude-only and phase-only images of λ's update)."""
+        leaves that part of the spectrum unprompted (the amplitude-only and phase-only images of λ's update); by
+        default the parts this prompt uses (``use_amplitude``, ``use_phase``)."""
         self._check(x, labels)
+        amplitude = self.use_amplitude if amplitude is None else amplitude
+        phase = self.use_phase if phase is None else phase
         spectrum = torch.fft.fftn(x.float(), dim=_DIMS)
         amp, ang = spectrum.abs(), spectrum.angle()
         if amplitude:

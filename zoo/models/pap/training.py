@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from zoo.arguments import check_interval, check_range
 from zoo.models.pap.prompt import PhaseAmplitudePrompt, check_unit_range
 
 __all__ = [
@@ -38,8 +39,7 @@ class SignSGD(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr: float = 0.1) -> None:
-        if lr <= 0:
-            raise ValueError(f"lr must be positive, got {lr}")
+        check_range("lr", lr, 0, low_open=True)
         super().__init__(params, {"lr": lr})
 
     @torch.no_grad()
@@ -154,9 +154,21 @@ def lambda_counts(
 def predict_with_prompts(base: nn.Module, prompt: PhaseAmplitudePrompt, x: torch.Tensor) -> torch.Tensor:
     """Inference (card §2.4): ŷ₀ = argmax f(x), then the logits f(prompt(x, ŷ₀)).
 
-    The images must lie in [0, 1], and the base's output width must be the prompt's class count: the predicted
-    label picks the prompt.
+    The images must have the prompt's shape, be finite and lie in [0, 1], and the base's output width must be the
+    prompt's class count: the predicted label picks the prompt.
+
+    >>> from zoo.models.pap.prompt import PhaseAmplitudePrompt
+    >>> base = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 3))
+    >>> predict_with_prompts(base, PhaseAmplitudePrompt(3, (1, 8, 8)), torch.rand(2, 1, 8, 8)).shape
+    torch.Size([2, 3])
+    >>> predict_with_prompts(base, PhaseAmplitudePrompt(3, (1, 8, 8)), torch.rand(2, 3, 32, 32))
+    Traceback (most recent call last):
+    ...
+    ValueError: expected images of shape (B, 1, 8, 8), got (2, 3, 32, 32)
     """
+    shape = tuple(getattr(prompt, "image_shape", x.shape[1:]))
+    if x.dim() != 4 or tuple(x.shape[1:]) != shape:  # before the base runs: its error would be a raw conv traceback
+        raise ValueError(f"expected images of shape (B, {', '.join(map(str, shape))}), got {tuple(x.shape)}")
     check_unit_range(x)
     logits = base(x)
     if logits.dim() != 2 or logits.shape[1] != prompt.num_classes:
@@ -200,13 +212,18 @@ def fit_prompt(
     """Train ``prompt`` on the frozen ``base`` with PAP's recipe in a plain loop, the pure-torch twin of
     :class:`~zoo.models.pap.module.PAPModule` for grids of runs (``zoo reproduce pap``).
 
-    Each shuffled batch is attacked on the bare base (``attack(x, y)``, e.g. a torchattacks PGD), the prompts take
+    Each shuffled batch is attacked on the bare base (``attack(x, y)``, e.g. :func:`zoo.attacks.make_attack`'s PGD), the prompts take
     one signed step on :func:`pap_loss`, the learning rate drops tenfold after ``lr_drop_at`` of the epochs, and every
     ``lambda_every`` epochs λ ← λ·acc_A/acc_Φ on fresh attacks of the first ``lambda_images`` training images
     (``None``: λ stays fixed; prompts without an ``amplitude_only`` part, the pixel prompt, never update it). With
     ``exemplar_init`` the prompts start from the first image of each class of the first shuffled batches that hold
     it. Returns the per-epoch mean loss and λ.
     """
+    check_range("epochs", epochs, 1, integer=True)
+    check_range("batch_size", batch_size, 1, integer=True)
+    check_range("lambda_every", lambda_every, 1, integer=True, optional=True)
+    if lambda_clamp is not None:
+        check_interval("lambda_clamp", lambda_clamp, low=0)
     base.requires_grad_(False).eval()
     g = torch.Generator().manual_seed(seed)
     opt = SignSGD(prompt.parameters(), lr=lr)
