@@ -162,7 +162,8 @@ class PapExperiment:
         self.r[f"seconds_attack/worst/seed{seed}"] = time.perf_counter() - start
         paper = robust_accuracies(models, x_test, y_test, ("pgd",), EPS, ALPHA, steps=10, restarts=1,
                                   threats=("nonadaptive",), seed=seed)  # fmt: skip
-        x_adv = make_attack(models["bare"], "pgd", EPS, ALPHA, 10, 10, seed=seed)(x_test, y_test)
+        k = int(self.data[1].max()) + 1
+        x_adv = make_attack(models["bare"], "pgd", EPS, ALPHA, 10, k, seed=seed)(x_test, y_test)
         self.scores = {}
         for arm in self.s["arms"]:
             key = "natural" if arm == "natural" else arm
