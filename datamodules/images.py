@@ -3,6 +3,8 @@
 :class:`ImageDataModule` serves ``(x, y)`` batches (``(x, y, index)`` training batches with ``with_index``). Sources:
 
 * ``"digits"`` (default, the embedded data): scikit-learn's 8×8 digits, pixels / 16, a stratified 1297 / 500 split;
+* ``"photo-patches"`` (embedded, continuous-tone colour): 8×8 RGB tiles of seven scikit-image photographs, the class
+  being the photograph (:func:`photo_patches`), a stratified 1600 / 500 split of 300 tiles per photograph;
 * ``"cifar10"`` / ``"cifar100"``: torchvision's files under ``data_dir`` (``cifar-10-batches-py/``,
   ``cifar-100-python/``), kept as bytes, with random crop 32 (padding 4) and horizontal flips applied to whole
   training batches on tensors, and the usual per-channel normalisation;
@@ -26,7 +28,11 @@ from torch.utils.data import Dataset
 
 from zoo.datamodules.base import BatchedDataModule
 
-__all__ = ["ImageDataModule", "IndexedImageFolder", "IndexedImages", "random_crop_flip"]
+__all__ = ["PHOTOS", "ImageDataModule", "IndexedImageFolder", "IndexedImages", "photo_patches", "random_crop_flip"]
+
+#: The scikit-image colour photographs of ``dataset="photo-patches"`` (shipped with scikit-image: no download).
+PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "hubble_deep_field", "immunohistochemistry", "retina")
+_EMBEDDED = ("digits", "photo-patches")
 
 _CIFAR_STATS = {
     "cifar10": ((125.3, 123.0, 113.9), (63.0, 62.1, 66.7)),
@@ -50,6 +56,34 @@ def random_crop_flip(x: Tensor, padding: int = 4, generator: torch.Generator | N
     flip = torch.rand(b, generator=generator) < 0.5
     cols = torch.where(flip[:, None, None, None], cols.flip(-1), cols)
     return padded[torch.arange(b)[:, None, None, None], torch.arange(c)[None, :, None, None], rows, cols]
+
+
+def photo_patches(per_class: int = 300, size: int = 8, seed: int = 0) -> tuple[Tensor, Tensor]:
+    """Non-overlapping ``size``×``size`` RGB tiles of the :data:`PHOTOS`, ``per_class`` from each, drawn at random from
+    the photograph's grid of tiles; the label is the photograph. Pixels / 255, in [0, 1].
+
+    A continuous-tone task: unlike the nearly binary digits, quantising the pixels (bit-depth reduction) destroys
+    much of the class signal, so input transformations do not solve robust classification here.
+
+    Example:
+        >>> x, y = photo_patches(per_class=4)
+        >>> x.shape, y.tolist()[:5], bool(0 <= x.min() and x.max() <= 1)
+        (torch.Size([28, 3, 8, 8]), [0, 0, 0, 0, 1], True)
+    """
+    import skimage.data
+
+    rng = np.random.default_rng(seed)
+    xs, ys = [], []
+    for label, name in enumerate(PHOTOS):
+        image = getattr(skimage.data, name)()[..., :3]
+        rows, cols = image.shape[0] // size, image.shape[1] // size
+        tiles = image[: rows * size, : cols * size].reshape(rows, size, cols, size, 3).transpose(0, 2, 4, 1, 3)
+        tiles = tiles.reshape(rows * cols, 3, size, size)
+        if per_class > len(tiles):
+            raise ValueError(f"per_class={per_class}: {name} has only {len(tiles)} tiles of {size}×{size}")
+        xs.append(tiles[rng.choice(len(tiles), per_class, replace=False)])
+        ys.append(np.full(per_class, label))
+    return torch.from_numpy(np.concatenate(xs)).float() / 255.0, torch.from_numpy(np.concatenate(ys)).long()
 
 
 class IndexedImages(Dataset):
@@ -114,21 +148,21 @@ class ImageDataModule(BatchedDataModule):
     """Image classification data: the embedded digits, CIFAR-10/100 from torchvision's files, or image folders.
 
     Args:
-        dataset: ``"digits"``, ``"cifar10"``, ``"cifar100"`` or ``"imagefolder"``.
+        dataset: ``"digits"``, ``"photo-patches"``, ``"cifar10"``, ``"cifar100"`` or ``"imagefolder"``.
         data_dir: folder of the torchvision CIFAR files, or of ``train/`` and ``val/`` class folders.
         augment: random crop (padding 4) + horizontal flip of training batches; default on for the CIFARs, off for
-            digits (image folders always use their random-resized crops).
+            the embedded sets (image folders always use their random-resized crops).
         with_index: training batches are ``(x, y, index)`` (index into the full training set) instead of ``(x, y)``.
         download: let torchvision download the CIFAR files into ``data_dir`` when they are absent (needs a network).
         val_size: images held out of the training split for validation (seeded); 0: the validation loader serves the
             test split, as the CIFAR papers' code evaluates.
-        test_size: test images of ``digits`` (the CIFARs and image folders have their own test split).
+        test_size: test images of the embedded sets (the CIFARs and image folders have their own test split).
         batch_size: images per batch.
         num_workers: DataLoader workers.
-        seed: seed of the ``digits`` split and of the validation hold-out.
+        seed: seed of the embedded sets' split (and of the photo tiles drawn) and of the validation hold-out.
         normalize: standardise the CIFARs and image folders per channel (their papers' recipe); ``False`` serves
             them in [0, 1], as adversarial attacks need (their ε is in pixel units): put any normalisation inside the
-            model then. Digits are always in [0, 1].
+            model then. The embedded sets are always in [0, 1].
 
     Example:
         >>> dm = ImageDataModule(batch_size=64)
@@ -153,32 +187,39 @@ class ImageDataModule(BatchedDataModule):
         normalize: bool = True,
     ) -> None:
         super().__init__()
-        if dataset not in ("digits", "cifar10", "cifar100", "imagefolder"):
-            raise ValueError(f"unknown dataset {dataset!r}; choose 'digits', 'cifar10', 'cifar100' or 'imagefolder'")
+        choices = (*_EMBEDDED, "cifar10", "cifar100", "imagefolder")
+        if dataset not in choices:
+            raise ValueError(f"unknown dataset {dataset!r}; choose one of {', '.join(map(repr, choices))}")
         if val_size < 0:
             raise ValueError(f"val_size must be ≥ 0, got {val_size}")
         self.augment, self.with_index, self.download, self.val_size = augment, with_index, download, val_size
         self.normalize = normalize
         if type(self) is ImageDataModule:  # subclasses save their own arguments (the CLI and the hub rebuild from them)
             self.save_hyperparameters()
-        self.num_classes = {"cifar100": 100, "imagefolder": 0}.get(dataset, 10)  # imagefolder: set in setup
+        # imagefolder: set in setup
+        self.num_classes = {"cifar100": 100, "imagefolder": 0, "photo-patches": len(PHOTOS)}.get(dataset, 10)
 
     @property
     def in_shape(self) -> list[int]:
         """Shape of one image ``[C, H, W]`` as the loaders serve it."""
-        return {"digits": [1, 8, 8], "imagefolder": [3, 224, 224]}.get(self.hparams.dataset, [3, 32, 32])
+        shapes = {"digits": [1, 8, 8], "photo-patches": [3, 8, 8], "imagefolder": [3, 224, 224]}
+        return shapes.get(self.hparams.dataset, [3, 32, 32])
 
     def _load(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         hp = self.hparams
-        if hp.dataset == "digits":
-            from sklearn.datasets import load_digits
+        if hp.dataset in _EMBEDDED:
             from sklearn.model_selection import train_test_split
 
-            data = load_digits()
-            x = torch.from_numpy(data.images).float()[:, None] / 16.0
-            y = torch.from_numpy(data.target).long()
+            if hp.dataset == "digits":
+                from sklearn.datasets import load_digits
+
+                data = load_digits()
+                x = torch.from_numpy(data.images).float()[:, None] / 16.0
+                y = torch.from_numpy(data.target).long()
+            else:
+                x, y = photo_patches(seed=hp.seed)
             train, test = train_test_split(
-                np.arange(len(y)), test_size=hp.test_size, stratify=data.target, random_state=hp.seed
+                np.arange(len(y)), test_size=hp.test_size, stratify=y.numpy(), random_state=hp.seed
             )
             train, test = np.sort(train), np.sort(test)
             return x[train], y[train], x[test], y[test]
@@ -244,7 +285,7 @@ class ImageDataModule(BatchedDataModule):
         if hp.dataset in _CIFAR_STATS and self.normalize:
             m, s = _CIFAR_STATS[hp.dataset]
             mean, std = torch.tensor(m)[:, None, None] / 255, torch.tensor(s)[:, None, None] / 255
-        augment = hp.dataset != "digits" if self.augment is None else self.augment
+        augment = hp.dataset not in _EMBEDDED if self.augment is None else self.augment
         keep = self._train_rows(x if mean is None else (x.float() / 255 - mean) / std, y, stage)
         keep, val_rows = self._hold_out(keep, len(y))
         self.train_set = IndexedImages(x, y, keep, self.with_index, augment, mean, std)

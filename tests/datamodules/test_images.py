@@ -101,3 +101,24 @@ def test_cifar_files_serve_standardised_or_unit_range_images(tmp_path, monkeypat
     std.setup("fit")
     z, _ = next(iter(std.train_dataloader()))
     assert float(z.min()) < 0  # (x - mean) / std
+
+
+def test_photo_patches_are_disjoint_tiles_of_the_seven_photographs_split_stratified() -> None:
+    """The tiles are cut from each photograph's grid of non-overlapping 8×8 tiles (checked here against the
+    photograph itself), one class per photograph, and the split is stratified and seeded."""
+    import skimage.data
+    from zoo.datamodules.images import PHOTOS, photo_patches
+
+    x, y = photo_patches(per_class=5, seed=1)
+    assert x.shape == (35, 3, 8, 8) and torch.equal(torch.bincount(y), torch.full((7,), 5))
+    astronaut = torch.from_numpy(skimage.data.astronaut()).float().permute(2, 0, 1) / 255  # (3, 512, 512)
+    tiles = astronaut.unfold(1, 8, 8).unfold(2, 8, 8).permute(1, 2, 0, 3, 4).reshape(-1, 3, 8, 8)
+    for tile in x[y == PHOTOS.index("astronaut")]:
+        assert bool(((tiles - tile).abs().flatten(1).max(1).values == 0).any())  # a tile of the grid, exactly
+    dm = ImageDataModule(dataset="photo-patches", batch_size=50)
+    dm.setup("fit")
+    assert (len(dm.train_set), len(dm.test_set), dm.num_classes, dm.in_shape) == (1600, 500, 7, [3, 8, 8])
+    xb, _ = next(iter(dm.train_dataloader()))
+    assert xb.shape == (50, 3, 8, 8) and 0 <= float(xb.min()) and float(xb.max()) <= 1  # no augmentation, no scaling
+    with pytest.raises(ValueError, match="per_class=5000: astronaut has only 4096 tiles"):
+        photo_patches(per_class=5000)
