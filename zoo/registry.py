@@ -366,10 +366,10 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     _PAP.entry(
         "pap",
-        "Class-wise amplitude and phase prompts in the 3-D Fourier domain on the frozen pap-base digits CNN.",
+        "Class-wise amplitude and phase prompts in the 3-D Fourier domain on the frozen pap-base photo-patch CNN.",
     ),
     _PAP_BASE.entry(
-        "pap-base", "PGD adversarially trained digits CNN (eps 0.1, 5 steps): the frozen base of pap.", "base-model"
+        "pap-base", "PGD adversarially trained CNN on 8x8 RGB photo patches (eps 8/255, 5 steps): the frozen base of pap.", "base-model"
     ),
     _PRODIFF.entry(
         "prodiff",

@@ -2,11 +2,14 @@
 than it is alone, than the paper's prompt baselines, and than a standard input transformation, under attacks at the
 field's strength?
 
-The card's §6 experiment on scikit-learn's digits, arms and attacks in :mod:`~zoo.models.pap.experiment`. Every arm is
+The card's §6 experiment moved to the embedded photo-patches task at the paper's ε = 8/255 (bit-depth reduction
+solves robust digits; it does not solve this), arms and attacks in :mod:`~zoo.models.pap.experiment`. Every arm is
 scored by its worst case per image over APGD-CE, targeted APGD-DLR and Square, end to end (straight-through on PAP's
 label-driven selection), through the fixed true-class prompt and the expectation over prompts, and on the bare base's
 examples transferred (:func:`callbacks.robust_eval.robust_accuracies`, 100 steps, 3 restarts, 9 targets and 1,000
 Square queries in the full run); the paper's own number, PGD-10 crafted on the bare base, is kept beside it.
+``zoo reproduce pap --diagnose`` (:mod:`~zoo.models.pap.diagnosis`) sweeps the attack's strength and PAP's learning
+rate and exp-L1 weight.
 """
 
 from __future__ import annotations
@@ -18,20 +21,23 @@ from typing import Any
 
 import torch
 
-from zoo.claims import Check, Claim
+from zoo.claims import Check, Claim, TaskCheck
 from zoo.datamodules.images import ImageDataModule
+from zoo.evidence import Headline
 from zoo.models.pap.experiment import (
     ALPHA,
     ARMS,
+    DATASET,
     EPS,
     LABELS,
     SETTINGS,
     PapExperiment,
     fit_base,
 )
+from zoo.models.pap.diagnosis import DIAGNOSIS_BASELINES, DIAGNOSIS_GAIN, DIAGNOSIS_LAMBDA, diagnose
 from zoo.reporting import arm_table, conclude, run_arms
 
-__all__ = ["ARMS", "CHECKS", "CLAIMS", "fit_base", "run"]
+__all__ = ["ARMS", "CHECKS", "CLAIMS", "HEADLINES", "diagnose", "fit_base", "run"]
 
 METRICS = ("natural", "nonadaptive", "worst", "oracle")
 
@@ -43,13 +49,14 @@ def _gain(metric: str):
 
 _BASELINES = {
     "natural": LABELS["natural"],
+    "bare": LABELS["bare"],
     "cavp": LABELS["cavp"] + ", same loss, budget and selection rule",
     "freq": LABELS["freq"] + " (the card's proxy), same loss and budget",
 }
 _ABLATIONS = {
     "phase-only": "PAP without its amplitude prompt",
     "amplitude-only": "PAP without its phase prompt",
-    "fixed-lambda": "PAP with λ fixed at 1 (no robustness-driven weighting), at lr 0.1 where it trains",
+    "fixed-lambda": "PAP with λ fixed at 1 (no robustness-driven weighting), at PAP's lr",
     "random": "random prompts with PAP's per-class norms: any input change, nothing learned",
 }
 _ALTERNATIVES = {
@@ -57,17 +64,22 @@ _ALTERNATIVES = {
     "mean": "a 3×3 mean filter on the same AT base",
 }
 
-# Calibration (``OMP_NUM_THREADS=1 zoo reproduce pap --quick``, seed 0, 250 test images, the suite's attack strength):
-# worst-case robust accuracy, %: bare 56.6, PAP 24.8, C-AVP 57.4, Freq 57.8, phase-only 55.6, amplitude-only 20.0,
-# fixed λ 51.8, random 0.0, squeeze 67.0, mean 26.8, natural (undefended) 45.8. The full run's record (3 seeds, the
-# field's strength) re-calibrates these bounds before PAP leaves the pending set.
+
+def _pick(kinds: Mapping[str, str], *arms: str) -> dict[str, str]:
+    return {a: kinds[a] for a in arms}
+
+
+# Calibration (``OMP_NUM_THREADS=1``, seed 0, full epochs, 250 test images, the suite's attack strength), worst-case
+# robust accuracy %: bare 37.2, natural (undefended) 24.8, PAP 1.2, C-AVP 36.4, Freq 38.4, phase-only 37.6,
+# amplitude-only 1.6, fixed λ 2.4, random 3.2, squeeze 37.2, mean 36.0, natural + squeeze 19.6, natural + mean 24.0.
+# The full run (3 seeds, the field's strength) is recorded in docs/reproductions/pap; bounds sit below its spread.
 CLAIMS = (
     Claim(
         "pap_robust_gain_worst_case",
         _gain("worst"),
         at_least=0.5,
         method="pap",
-        baselines=_BASELINES,
+        baselines=_pick(_BASELINES, "natural", "cavp", "freq"),
         ablations=_ABLATIONS,
         alternatives=_ALTERNATIVES,
         asserted=False,
@@ -79,24 +91,47 @@ CLAIMS = (
         lambda r, a: r["bare/worst"] - r[f"{a}/worst"],
         at_least=15.0,
         method="pap",
-        baselines={"cavp": _BASELINES["cavp"], "freq": _BASELINES["freq"]},
-        ablations={"phase-only": _ABLATIONS["phase-only"], "fixed-lambda": _ABLATIONS["fixed-lambda"]},
-        alternatives={"squeeze": _ALTERNATIVES["squeeze"]},
+        baselines=_pick(_BASELINES, "cavp", "freq"),
+        ablations=_pick(_ABLATIONS, "phase-only"),
+        alternatives=_ALTERNATIVES,
         text="PAP's prompts lower the AT base's worst-case robust accuracy by ≥ 15 points, while the paper's other "
-        "prompts, PAP without its amplitude prompt or without λ's update, and bit-depth reduction do not: it "
-        "contradicts the paper's central claim on this task",
+        "prompts, PAP without its amplitude prompt, bit-depth reduction and a mean filter do not: it contradicts "
+        "the paper's central claim on this task",
+    ),
+    Claim(
+        "pap_below_undefended_worst_case",
+        lambda r, a: r["natural/worst"] - r[f"{a}/worst"],
+        at_least=10.0,
+        method="pap",
+        baselines=_pick(_BASELINES, "bare", "cavp", "freq"),
+        ablations=_pick(_ABLATIONS, "phase-only"),
+        alternatives=_ALTERNATIVES,
+        text="the AT base with PAP's prompts is ≥ 10 points less robust (worst case) than the undefended, naturally "
+        "trained CNN with no defence at all; no other defence of the AT base is",
     ),
     Claim(
         "pap_robust_gain_nonadaptive",
         _gain("nonadaptive"),
         at_least=0.5,
         method="pap",
-        baselines=_BASELINES,
+        baselines=_pick(_BASELINES, "natural", "cavp", "freq"),
         ablations=_ABLATIONS,
         alternatives=_ALTERNATIVES,
         asserted=False,
         text="PAP's robust accuracy is ≥ 0.5 points above the base's under the paper's own non-adaptive attack "
         "(PGD-10 crafted on the bare base; card §6 assertion 1); did not reproduce",
+    ),
+    Claim(
+        "pap_beats_prompt_baselines_worst_case",
+        lambda r, a: r[f"{a}/worst"] - max(r["cavp/worst"], r["freq/worst"]),
+        at_least=0.5,
+        method="pap",
+        ablations=_ABLATIONS,
+        alternatives=_ALTERNATIVES,
+        why_none={"baselines": "C-AVP and Freq are this claim's reference: the value is the lead over the better"},
+        asserted=False,
+        text="PAP's worst-case robust accuracy is ≥ 0.5 points above the better of the C-AVP and Freq prompts "
+        "(card §1: PAP beats earlier prompt defences); did not reproduce",
     ),
     Claim(
         "adaptive_lambda_beats_fixed_lambda",
@@ -111,12 +146,24 @@ CLAIMS = (
         "λ fixed at 1 (card §2.3 and §6 ablation); did not reproduce",
     ),
     Claim(
+        "pap_natural_within_6_of_bare",
+        lambda r, a: r[f"{a}/natural"] - r["bare/natural"],
+        at_least=-6.0,
+        method="pap",
+        baselines=_pick(_BASELINES, "cavp", "freq"),
+        ablations=_pick(_ABLATIONS, "phase-only", "random"),
+        alternatives=_ALTERNATIVES,
+        asserted=False,
+        text="PAP's prompted natural accuracy is within 6 points of the base's (card §6 assertion 2; reported: "
+        "doing nothing passes it)",
+    ),
+    Claim(
         "oracle_prompts_robust_10_above_bare",
         lambda r, a: r[f"{a}/oracle"] - r["bare/nonadaptive"],
         at_least=10.0,
         method="pap",
-        baselines={"cavp": _BASELINES["cavp"], "freq": _BASELINES["freq"]},
-        ablations={"random": _ABLATIONS["random"], "phase-only": _ABLATIONS["phase-only"]},
+        baselines=_pick(_BASELINES, "cavp", "freq"),
+        ablations=_pick(_ABLATIONS, "random", "phase-only"),
         why_none={"alternatives": "an input transformation has no class-conditional part to give the true label"},
         asserted=False,
         text="with the true label's prompts, robust accuracy on the non-adaptive examples is ≥ 10 points above the "
@@ -124,21 +171,54 @@ CLAIMS = (
     ),
 )
 CHECKS = (
-    Check("bare_base_is_robust_above_chance", lambda r: r["bare/worst"], at_least=15.0,
-          text="the adversarially trained base keeps ≥ 15 % worst-case robust accuracy (chance is 10 %)"),
-    Check("pap_natural_within_6_of_bare", lambda r: r["pap/natural"] - r["bare/natural"], at_least=-6.0,
-          text="PAP's prompted natural accuracy is within 6 points of the base's (card §6 assertion 2; a check: "
-          "doing nothing passes it)"),
+    TaskCheck(
+        lambda r, a: r[f"{a}/worst"],
+        method="bare",
+        heuristics={"natural-squeeze": "bit-depth reduction (2 bits) on the naturally trained CNN, BPDA",
+                    "natural-mean": "a 3×3 mean filter on the naturally trained CNN"},
+        margin=6.0,
+        text="the task needs a learned robust model, the setting PAP starts from: adversarial training's worst-case "
+        "robust accuracy is ≥ 6 points above a standard input transformation on the undefended CNN (on digits, "
+        "2-bit squeezing beat adversarial training)",
+    ),
+    Check("bare_base_is_robust_above_chance", lambda r: r["bare/worst"], at_least=25.0,
+          text="the adversarially trained base keeps ≥ 25 % worst-case robust accuracy (chance is 1/7 = 14.3 %)"),
     Check("nonadaptive_overstates_pap_by_15", lambda r: r["pap/nonadaptive"] - r["pap/worst"], at_least=15.0,
           text="the paper's non-adaptive attack overstates PAP's robust accuracy by ≥ 15 points against the worst "
           "case (card §4 and §9: non-adaptive numbers alone overstate robustness)"),
 )  # fmt: skip
+HEADLINES = [
+    Headline(
+        "robust_gain_over_base",
+        "PAP improves robust accuracy over the base model, on naturally and adversarially trained backbones",
+        claims=["pap_robust_gain_worst_case"],
+        contradicted_by=["pap_costs_at_15_worst_case", "pap_below_undefended_worst_case"],
+        paper="tables not available (card); the card's pilot: +1.7-2.8 points under non-adaptive PGD-10",
+        diagnosis=DIAGNOSIS_GAIN,
+    ),
+    Headline(
+        "better_than_prompt_baselines",
+        "PAP improves robust accuracy over earlier prompt defences (C-AVP, Freq)",
+        claims=["pap_beats_prompt_baselines_worst_case"],
+        contradicted_by=["pap_costs_at_15_worst_case"],
+        paper="tables not available (card)",
+        diagnosis=DIAGNOSIS_BASELINES,
+    ),
+    Headline(
+        "adaptive_lambda",
+        "Weighting the amplitude prompt by the model's robust accuracy under each prompt type (adaptive λ) improves "
+        "robustness over a fixed weight",
+        claims=["adaptive_lambda_beats_fixed_lambda"],
+        paper="tables not available (card); the card's pilot: +0.4-2.9 points over λ = 1 (non-adaptive)",
+        diagnosis=DIAGNOSIS_LAMBDA,
+    ),
+]
 
 
 def run(quick: bool = False, out: Path | str | None = None) -> dict[str, Any]:
     """Run the arms over 3 seeds, print the tables and claims, and (with ``out``) write ``pap.json`` and
-    ``pap.png``. ``quick``: seed 0, bases and prompts at half the epochs, 250 test images, the suite's attack
-    strength (:data:`callbacks.robust_eval.QUICK`), without the naturally trained base's report-only arms.
+    ``pap.png``. ``quick``: seed 0, prompts at half the epochs, 250 test images, the suite's attack strength
+    (:data:`callbacks.robust_eval.QUICK`), without PAP on the naturally trained base (report only).
 
     Returns:
         flat results: ``<arm>/<metric>`` test accuracy in % for the metrics ``natural``, ``nonadaptive`` (PGD-10 on
@@ -150,7 +230,7 @@ def run(quick: bool = False, out: Path | str | None = None) -> dict[str, Any]:
     torch.set_num_threads(1)  # an 8×8 CNN on batches of 128: extra threads only add overhead
     try:
         start = time.perf_counter()
-        dm = ImageDataModule()
+        dm = ImageDataModule(dataset=DATASET)
         dm.setup("fit")
         settings = SETTINGS["quick" if quick else "full"]
         n = settings["test_images"]
@@ -162,7 +242,7 @@ def run(quick: bool = False, out: Path | str | None = None) -> dict[str, Any]:
         r["seconds"] = time.perf_counter() - start
         table = arm_table(
             r, arms, list(METRICS),
-            f"PAP on digits: test accuracy %, ε = {EPS} (α = {ALPHA}), mean ± std of {len(seeds)} seeds",
+            f"PAP on photo patches: test accuracy %, ε = {EPS * 255:.0f}/255 (α = {ALPHA * 255:.0f}/255), mean ± std of {len(seeds)} seeds",
             labels=LABELS, fmt="{:.1f}",
         )  # fmt: skip
         gain = r["pap/nonadaptive"] - r["bare/nonadaptive"], r["pap/worst"] - r["bare/worst"]
@@ -176,7 +256,7 @@ def run(quick: bool = False, out: Path | str | None = None) -> dict[str, Any]:
         if "per_attack/natural/pap" in r:
             keys = sorted(k.removeprefix("per_attack/") for k in r if k.startswith("per_attack/robust/"))
             notes.append("each attack alone, seed 0 (%): " + "; ".join(f"{k} {r['per_attack/' + k]:.1f}" for k in keys))
-        return conclude("pap", r, CLAIMS, CHECKS, out=out, plot=_plot, tables=[table], notes=notes)
+        return conclude("pap", r, CLAIMS, CHECKS, out=out, plot=_plot, tables=[table], notes=notes, headlines=HEADLINES)
     finally:
         torch.set_num_threads(threads)
 
@@ -194,7 +274,7 @@ def _plot(r: Mapping[str, Any], path: Path) -> None:
         ax.bar([j + i * width for j in range(len(arms))], [r.get(f"{a}/{metric}", float("nan")) for a in arms], width, label=metric)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(arms))], arms, fontsize=8)
     ax.set_ylabel("test accuracy (%)")
-    ax.set_title("PAP on digits: natural, non-adaptive PGD-10, worst-case and oracle-prompt accuracy")
+    ax.set_title("PAP on photo patches (ε = 8/255): natural, non-adaptive PGD-10, worst-case and oracle-prompt accuracy")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -1,0 +1,144 @@
+"""``zoo reproduce pap --diagnose``: is PAP's loss of robustness the attack's strength, or PAP's training setting?
+
+Two sweeps on seed 0 of the full run's task (photo patches, ε = 8/255, the first 250 test images):
+
+* **attack strength** (the sanity table a defence reviewer asks for): the bare AT base's and PAP's worst-case
+  robust accuracy over APGD-CE, targeted APGD-DLR and Square, end to end and through the attack views, at growing
+  steps, restarts, targets and queries. It should flatten before the full run's level (100 steps, 3 restarts).
+* **PAP's setting**: the sign-SGD learning rate (the reference script's 0.1, the card's digits 0.3, and 0.03) by the
+  exp-L1 weight (the card's element-count rule, 78, and the script's raw 5000), each scored like the full run's arms
+  (natural, the paper's non-adaptive PGD-10, the worst case at the suite's strength).
+
+The ``DIAGNOSIS_*`` texts are the headlines' diagnoses on the paper's page; their numbers come from this sweep
+(``docs/reproductions/pap/pap.diagnose.json``), the full run, and the reference script run on the same task.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from zoo.attacks import make_attack
+from zoo.callbacks.robust_eval import QUICK, robust_accuracies
+from zoo.datamodules.images import ImageDataModule
+from zoo.models.pap.attacks import PromptedPipeline
+from zoo.models.pap.experiment import ALPHA, ATTACKS, DATASET, EPS, PAP_LR, SETTINGS, exp_l1_weight, fit_base, make_prompt
+from zoo.models.pap.training import fit_prompt
+from zoo.reporting import arm_table, conclude, plot_sweep, run_arms
+
+__all__ = ["DIAGNOSIS_BASELINES", "DIAGNOSIS_GAIN", "DIAGNOSIS_LAMBDA", "LEVELS", "diagnose"]
+
+#: Attack strength levels, weakest first; level 4 is the full run's (``callbacks.robust_eval.FULL``).
+LEVELS = {
+    1: {"steps": 10, "restarts": 1, "targets": 1, "queries": 100},
+    2: {"steps": 20, "restarts": 1, "targets": 3, "queries": 200},
+    3: {"steps": 50, "restarts": 2, "targets": 6, "queries": 500},
+    4: {"steps": 100, "restarts": 3, "targets": 9, "queries": 1000},
+    5: {"steps": 200, "restarts": 5, "targets": 9, "queries": 3000},
+}
+LRS = (0.03, 0.1, 0.3)
+WEIGHTS = ("rule", 5000.0)
+
+DIAGNOSIS_GAIN = "pending: zoo reproduce pap --diagnose"
+DIAGNOSIS_BASELINES = DIAGNOSIS_GAIN
+DIAGNOSIS_LAMBDA = DIAGNOSIS_GAIN
+
+
+def diagnose(quick: bool = False, out: Path | str | None = None) -> dict[str, Any]:
+    """Run both sweeps on seed 0 (quick: levels 1-2, lr 0.1 and 0.3 at the rule's weight, 100 test images) and
+    write ``pap.diagnose.json`` / ``.png``.
+
+    Returns:
+        flat results: ``level<i>/<bare|pap>/worst`` and ``lr<lr>-w<weight>/pap/<natural|nonadaptive|worst>`` (%),
+        with the bare base's numbers as ``base/bare/...``.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _diagnose(quick, out)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _diagnose(quick: bool, out: Path | str | None) -> dict[str, Any]:
+    full = SETTINGS["full"]
+    dm = ImageDataModule(dataset=DATASET)
+    dm.setup("fit")
+    n = 100 if quick else 250
+    x, y, x_test, y_test = dm.train_set.x, dm.train_set.y, dm.test_set.x[:n], dm.test_set.y[:n]
+    k, shape = int(y.max()) + 1, tuple(x.shape[1:])
+    base = fit_base(x, y, full["base_epochs"], True, seed=0)
+    pgd = make_attack(base, "pgd", EPS, ALPHA, 10, k, seed=0)
+    prompts: dict[str, torch.nn.Module] = {}
+
+    def train(lr: float, weight: float | str) -> torch.nn.Module:
+        torch.manual_seed(0)
+        prompt = make_prompt("pap", k, shape)
+        w = exp_l1_weight(shape) if weight == "rule" else float(weight)
+        fit_prompt(base, prompt, x, y, pgd, full["prompt_epochs"], lr=lr, exp_l1_weight=w, lambda_every=5, seed=0)
+        return prompt
+
+    levels = [1, 2] if quick else list(LEVELS)
+    grid = [(PAP_LR, "rule"), (0.3, "rule")] if quick else list(itertools.product(LRS, WEIGHTS))
+    names = [f"level{i}" for i in levels] + [f"lr{lr:g}-w{w if w == 'rule' else f'{w:g}'}" for lr, w in grid]
+
+    def cell(name: str, seed: int) -> dict[str, float]:
+        if name.startswith("level"):
+            if "default" not in prompts:
+                prompts["default"] = train(PAP_LR, "rule")
+            models = {"bare": base, "pap": PromptedPipeline(base, prompts["default"])}
+            r = robust_accuracies(models, x_test, y_test, ATTACKS, EPS, ALPHA, cascade=True, seed=seed,
+                                  **LEVELS[int(name.removeprefix("level"))])  # fmt: skip
+            return {f"{m}/worst": 100 * r[f"robust/worst/{m}"] for m in models}
+        lr, weight = grid[names.index(name) - len(levels)]
+        pipe = PromptedPipeline(base, train(lr, weight))
+        r = robust_accuracies({"pap": pipe}, x_test, y_test, ATTACKS, EPS, ALPHA, cascade=True, seed=seed, **QUICK)
+        paper = robust_accuracies({"bare": base, "pap": pipe}, x_test, y_test, ("pgd",), EPS, ALPHA, steps=10,
+                                  restarts=1, threats=("nonadaptive",), seed=seed)  # fmt: skip
+        return {"pap/natural": 100 * r["natural/pap"], "pap/worst": 100 * r["robust/worst/pap"],
+                "pap/nonadaptive": 100 * paper["robust/pgd/nonadaptive/pap"],
+                "bare/natural": 100 * paper["natural/bare"], "bare/nonadaptive": 100 * paper["robust/pgd/nonadaptive/bare"],
+                "pap/lambda": float(prompts.setdefault(name, pipe.prompt).lambda_amp)}  # fmt: skip
+
+    r = run_arms(names, (0,), cell, log=print)
+    r["test_images"] = n
+    level_names = [f"level{i}" for i in levels]
+
+    def plot(res: Mapping[str, Any], path: Path) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.2))
+        plot_sweep(a, res, level_names, [LEVELS[i]["steps"] for i in levels],
+                   {"AT base": "{size}/bare/worst", "AT base + PAP": "{size}/pap/worst"}, "APGD steps (restarts, "
+                   "targets and Square queries grow with them)", "worst-case robust accuracy (%)",
+                   title="attack strength: the worst case flattens", log_x=True)  # fmt: skip
+        cells = names[len(levels):]
+        width = 0.27
+        for i, metric in enumerate(("natural", "nonadaptive", "worst")):
+            b.bar([j + i * width for j in range(len(cells))], [res.get(f"{c}/pap/{metric}", float("nan")) for c in cells],
+                  width, label=f"PAP {metric}")  # fmt: skip
+        bare = res.get(f"{cells[0]}/bare/nonadaptive", float("nan"))
+        b.axhline(res.get(f"{level_names[-1]}/bare/worst", float("nan")), color="k", ls="--", label="AT base, worst")
+        b.axhline(bare, color="grey", ls=":", label="AT base, non-adaptive")
+        b.set_xticks([j + width for j in range(len(cells))], cells, fontsize=8)
+        b.set_ylabel("test accuracy (%)")
+        b.set_title("PAP's learning rate × exp-L1 weight (w: rule = 78, or the script's 5000)")
+        b.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+
+    tables = [
+        arm_table(r, level_names, ["bare/worst", "pap/worst"], "Diagnosis: worst-case robust accuracy % by attack "
+                  "strength " + "; ".join(f"level {i}: {LEVELS[i]}" for i in levels), fmt="{:.1f}"),
+        arm_table(r, names[len(levels):], ["pap/natural", "pap/nonadaptive", "pap/worst", "pap/lambda"],
+                  "Diagnosis: PAP by sign-SGD lr and exp-L1 weight (rule: 5000 scaled by element count)", fmt="{:.2f}"),
+    ]  # fmt: skip
+    return conclude("pap.diagnose", r, out=out, plot=plot, tables=tables)
