@@ -96,7 +96,8 @@ def _diagnose(quick: bool, out: Path | str | None) -> dict[str, Any]:
             return {f"{m}/worst": 100 * r[f"robust/worst/{m}"] for m in models}
         lr, weight = grid[names.index(name) - len(levels)]
         pipe = PromptedPipeline(base, train(lr, weight))
-        r = robust_accuracies({"pap": pipe}, x_test, y_test, ATTACKS, EPS, ALPHA, cascade=True, seed=seed, **QUICK)
+        r = robust_accuracies({"bare": base, "pap": pipe}, x_test, y_test, ATTACKS, EPS, ALPHA, cascade=True,
+                              seed=seed, **QUICK)  # fmt: skip
         paper = robust_accuracies({"bare": base, "pap": pipe}, x_test, y_test, ("pgd",), EPS, ALPHA, steps=10,
                                   restarts=1, threats=("nonadaptive",), seed=seed)  # fmt: skip
         return {"pap/natural": 100 * r["natural/pap"], "pap/worst": 100 * r["robust/worst/pap"],
