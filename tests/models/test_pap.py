@@ -75,6 +75,28 @@ def test_exemplar_initialisation_takes_the_first_image_of_each_class() -> None:
         prompt.init_from_exemplars(images[:3], labels[:3])
 
 
+def test_the_operators_gradients_equal_finite_differences_where_the_prompted_amplitude_is_negative() -> None:
+    """The prompted amplitude A + λ·P_A is unconstrained and goes negative in training (a π phase flip). The gradient
+    that sign-SGD steps on and that adaptive attacks follow must then still be the derivative of the forward map:
+    checked against central finite differences in float64 (torch.polar, used before, flips its sign there)."""
+    prompt = PhaseAmplitudePrompt(2, (1, 3, 4)).double()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        prompt.amplitude.copy_(torch.randn(2, 1, 3, 4, generator=g, dtype=torch.float64) * 3)  # many entries < -A
+        prompt.phase.copy_(torch.randn(2, 1, 3, 4, generator=g, dtype=torch.float64))
+    x = torch.rand(3, 1, 3, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    labels = torch.tensor([0, 1, 0])
+    spectrum = torch.fft.fftn(x.detach(), dim=(1, 2, 3))
+    assert bool((spectrum.abs() + prompt.amplitude[labels].detach() < 0).any()), "the case needs negative amplitudes"
+
+    def forward(x, amplitude, phase):  # the module's own forward, as a function of the image and both prompts
+        return torch.func.functional_call(prompt, {"amplitude": amplitude, "phase": phase}, (x, labels))
+
+    amplitude = prompt.amplitude.detach().clone().requires_grad_(True)
+    phase = prompt.phase.detach().clone().requires_grad_(True)
+    assert torch.autograd.gradcheck(forward, (x, amplitude, phase), eps=1e-6, atol=1e-6)
+
+
 def test_gradients_reach_both_prompts_and_only_the_selected_class() -> None:
     prompt = _prompt()
     x = torch.rand(2, 3, 4, 5)

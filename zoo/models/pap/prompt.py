@@ -136,13 +136,15 @@ class PhaseAmplitudePrompt(nn.Module):
         self._check(x, labels)
         amplitude = self.use_amplitude if amplitude is None else amplitude
         phase = self.use_phase if phase is None else phase
-        spectrum = torch.fft.fftn(x.float(), dim=_DIMS)
+        spectrum = torch.fft.fftn(x.to(self.amplitude.dtype), dim=_DIMS)  # the prompt's precision
         amp, ang = spectrum.abs(), spectrum.angle()
         if amplitude:
             amp = amp + self.lambda_amp * self.amplitude[labels]
         if phase:
             ang = ang + self.phase[labels]
-        return torch.fft.ifftn(torch.polar(amp, ang), dim=_DIMS).real
+        # amp · e^{i·ang}, not torch.polar: amp goes negative (no constraint keeps A + λP_A ≥ 0), where torch.polar
+        # is undefined and its gradient with respect to amp has the wrong sign
+        return torch.fft.ifftn(amp * torch.exp(1j * ang), dim=_DIMS).real
 
     def amplitude_only(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Re IFFTN((A + λ P_A[y]) e^{iΦ}): the image λ's update scores the amplitude prompt on."""

@@ -37,7 +37,7 @@ from zoo.models.pap.experiment import (
 from zoo.models.pap.diagnosis import DIAGNOSIS_BASELINES, DIAGNOSIS_GAIN, DIAGNOSIS_LAMBDA, diagnose
 from zoo.reporting import arm_table, conclude, run_arms
 
-__all__ = ["ARMS", "CHECKS", "CLAIMS", "HEADLINES", "diagnose", "fit_base", "run"]
+__all__ = ["ARMS", "CHECKS", "CLAIMS", "DRAFT_HEADLINES", "diagnose", "fit_base", "run"]
 
 METRICS = ("natural", "nonadaptive", "worst", "oracle")
 
@@ -69,10 +69,12 @@ def _pick(kinds: Mapping[str, str], *arms: str) -> dict[str, str]:
     return {a: kinds[a] for a in arms}
 
 
-# Calibration (``OMP_NUM_THREADS=1``, seed 0, full epochs, 250 test images, the suite's attack strength), worst-case
-# robust accuracy %: bare 37.2, natural (undefended) 24.8, PAP 1.2, C-AVP 36.4, Freq 38.4, phase-only 37.6,
-# amplitude-only 1.6, fixed λ 2.4, random 3.2, squeeze 37.2, mean 36.0, natural + squeeze 19.6, natural + mean 24.0.
-# The full run (3 seeds, the field's strength) is recorded in docs/reproductions/pap; bounds sit below its spread.
+# Calibration (``OMP_NUM_THREADS=1``, full epochs, 250 test images, the suite's attack strength, seeds 0 / 1 / 2):
+# worst-case robust accuracy %: bare 37.2 / 40.4 / 26.0, PAP 25.2 / 16.8 / 18.0, natural (undefended) 24.8 / 16.4 /
+# 41.6, C-AVP 36.4 / 39.2 / 26.4, Freq 38.4 / 40.4 / 28.0, phase-only 37.6 / 40.4 / 26.0, squeeze 37.2 / 38.0 / 28.4,
+# mean 36.0 / 40.4 / 26.8; natural accuracy %: bare 56.8 / 57.6 / 47.2, PAP 43.6 / 30.0 / 33.2, C-AVP 53.6 / 57.2 /
+# 47.2, squeeze 52.8 / 55.2 / 44.0. PAP's worst-case cost 12.0 / 23.6 / 8.0 (stand-ins ≤ 2.4), its natural cost
+# 13.2 / 27.6 / 14.0 (stand-ins ≤ 4.0).
 CLAIMS = (
     Claim(
         "pap_robust_gain_worst_case",
@@ -87,27 +89,27 @@ CLAIMS = (
         "improves robust accuracy over the base model); did not reproduce: PAP is far below it",
     ),
     Claim(
-        "pap_costs_at_15_worst_case",
+        "pap_costs_at_5_worst_case",
         lambda r, a: r["bare/worst"] - r[f"{a}/worst"],
-        at_least=15.0,
+        at_least=5.0,
         method="pap",
         baselines=_pick(_BASELINES, "cavp", "freq"),
         ablations=_pick(_ABLATIONS, "phase-only"),
         alternatives=_ALTERNATIVES,
-        text="PAP's prompts lower the AT base's worst-case robust accuracy by ≥ 15 points, while the paper's other "
+        text="PAP's prompts lower the AT base's worst-case robust accuracy by ≥ 5 points, while the paper's other "
         "prompts, PAP without its amplitude prompt, bit-depth reduction and a mean filter do not: it contradicts "
         "the paper's central claim on this task",
     ),
     Claim(
-        "pap_below_undefended_worst_case",
-        lambda r, a: r["natural/worst"] - r[f"{a}/worst"],
-        at_least=10.0,
+        "pap_costs_at_8_natural",
+        lambda r, a: r["bare/natural"] - r[f"{a}/natural"],
+        at_least=8.0,
         method="pap",
-        baselines=_pick(_BASELINES, "bare", "cavp", "freq"),
+        baselines=_pick(_BASELINES, "cavp", "freq"),
         ablations=_pick(_ABLATIONS, "phase-only"),
         alternatives=_ALTERNATIVES,
-        text="the AT base with PAP's prompts is ≥ 10 points less robust (worst case) than the undefended, naturally "
-        "trained CNN with no defence at all; no other defence of the AT base is",
+        text="PAP's prompts lower the AT base's natural accuracy by ≥ 8 points, while the paper's other prompts, PAP "
+        "without its amplitude prompt and the input transformations do not (card §6 assertion 2 asks for within 6)",
     ),
     Claim(
         "pap_robust_gain_nonadaptive",
@@ -181,18 +183,20 @@ CHECKS = (
         "robust accuracy is ≥ 6 points above a standard input transformation on the undefended CNN (on digits, "
         "2-bit squeezing beat adversarial training)",
     ),
-    Check("bare_base_is_robust_above_chance", lambda r: r["bare/worst"], at_least=25.0,
-          text="the adversarially trained base keeps ≥ 25 % worst-case robust accuracy (chance is 1/7 = 14.3 %)"),
-    Check("nonadaptive_overstates_pap_by_15", lambda r: r["pap/nonadaptive"] - r["pap/worst"], at_least=15.0,
-          text="the paper's non-adaptive attack overstates PAP's robust accuracy by ≥ 15 points against the worst "
+    Check("bare_base_is_robust_above_chance", lambda r: r["bare/worst"], at_least=20.0,
+          text="the adversarially trained base keeps ≥ 20 % worst-case robust accuracy (chance is 1/7 = 14.3 %)"),
+    Check("nonadaptive_overstates_pap_by_2", lambda r: r["pap/nonadaptive"] - r["pap/worst"], at_least=2.0,
+          text="the paper's non-adaptive attack overstates PAP's robust accuracy by ≥ 2 points against the worst "
           "case (card §4 and §9: non-adaptive numbers alone overstate robustness)"),
 )  # fmt: skip
-HEADLINES = [
+# The headlines, judged once the full run is recorded: PAP stays pending until then (issue 48), and a pending paper
+# defines no HEADLINES.
+DRAFT_HEADLINES = [
     Headline(
         "robust_gain_over_base",
         "PAP improves robust accuracy over the base model, on naturally and adversarially trained backbones",
         claims=["pap_robust_gain_worst_case"],
-        contradicted_by=["pap_costs_at_15_worst_case", "pap_below_undefended_worst_case"],
+        contradicted_by=["pap_costs_at_5_worst_case"],
         paper="tables not available (card); the card's pilot: +1.7-2.8 points under non-adaptive PGD-10",
         diagnosis=DIAGNOSIS_GAIN,
     ),
@@ -200,7 +204,7 @@ HEADLINES = [
         "better_than_prompt_baselines",
         "PAP improves robust accuracy over earlier prompt defences (C-AVP, Freq)",
         claims=["pap_beats_prompt_baselines_worst_case"],
-        contradicted_by=["pap_costs_at_15_worst_case"],
+        contradicted_by=["pap_costs_at_5_worst_case"],
         paper="tables not available (card)",
         diagnosis=DIAGNOSIS_BASELINES,
     ),
@@ -256,7 +260,7 @@ def run(quick: bool = False, out: Path | str | None = None) -> dict[str, Any]:
         if "per_attack/natural/pap" in r:
             keys = sorted(k.removeprefix("per_attack/") for k in r if k.startswith("per_attack/robust/"))
             notes.append("each attack alone, seed 0 (%): " + "; ".join(f"{k} {r['per_attack/' + k]:.1f}" for k in keys))
-        return conclude("pap", r, CLAIMS, CHECKS, out=out, plot=_plot, tables=[table], notes=notes, headlines=HEADLINES)
+        return conclude("pap", r, CLAIMS, CHECKS, out=out, plot=_plot, tables=[table], notes=notes)
     finally:
         torch.set_num_threads(threads)
 
