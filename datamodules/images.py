@@ -4,7 +4,7 @@
 
 * ``"digits"`` (default, the embedded data): scikit-learn's 8×8 digits, pixels / 16, a stratified 1297 / 500 split;
 * ``"photo-patches"`` (embedded, continuous-tone colour): 8×8 RGB tiles of seven scikit-image photographs, the class
-  being the photograph (:func:`photo_patches`), a stratified 1600 / 500 split of 300 tiles per photograph;
+  being the photograph (:func:`photo_patches`), a stratified 5100 / 500 split of 800 tiles per photograph;
 * ``"cifar10"`` / ``"cifar100"``: torchvision's files under ``data_dir`` (``cifar-10-batches-py/``,
   ``cifar-100-python/``), kept as bytes, with random crop 32 (padding 4) and horizontal flips applied to whole
   training batches on tensors, and the usual per-channel normalisation;
@@ -58,7 +58,7 @@ def random_crop_flip(x: Tensor, padding: int = 4, generator: torch.Generator | N
     return padded[torch.arange(b)[:, None, None, None], torch.arange(c)[None, :, None, None], rows, cols]
 
 
-def photo_patches(per_class: int = 300, size: int = 8, seed: int = 0) -> tuple[Tensor, Tensor]:
+def photo_patches(per_class: int = 800, size: int = 8, seed: int = 0) -> tuple[Tensor, Tensor]:
     """Non-overlapping ``size``×``size`` RGB tiles of the :data:`PHOTOS`, ``per_class`` from each, drawn at random from
     the photograph's grid of tiles; the label is the photograph. Pixels / 255, in [0, 1].
 

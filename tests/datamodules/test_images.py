@@ -117,7 +117,7 @@ def test_photo_patches_are_disjoint_tiles_of_the_seven_photographs_split_stratif
         assert bool(((tiles - tile).abs().flatten(1).max(1).values == 0).any())  # a tile of the grid, exactly
     dm = ImageDataModule(dataset="photo-patches", batch_size=50)
     dm.setup("fit")
-    assert (len(dm.train_set), len(dm.test_set), dm.num_classes, dm.in_shape) == (1600, 500, 7, [3, 8, 8])
+    assert (len(dm.train_set), len(dm.test_set), dm.num_classes, dm.in_shape) == (5100, 500, 7, [3, 8, 8])
     xb, _ = next(iter(dm.train_dataloader()))
     assert xb.shape == (50, 3, 8, 8) and 0 <= float(xb.min()) and float(xb.max()) <= 1  # no augmentation, no scaling
     with pytest.raises(ValueError, match="per_class=5000: astronaut has only 4096 tiles"):

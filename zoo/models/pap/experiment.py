@@ -1,7 +1,7 @@
 """The arms of ``zoo reproduce pap``, trained and attacked per seed (card §6, the evidence standard).
 
 Per seed, on the embedded photo-patches task (:func:`~zoo.datamodules.images.photo_patches`: 8×8 RGB tiles of seven
-photographs, 1600 train / 500 test, in [0, 1]; bit-depth reduction solves robust digits, it does not solve this)
+photographs, 5100 train / 500 test, in [0, 1]; bit-depth reduction solves robust digits, it does not solve this)
 with the card's CNN, at the paper's CIFAR-10 budget ε = 8/255:
 
 * two bases: PGD adversarial training (ε = 8/255, α = 2/255, 5 steps; Adam 1e-3, batch 128, :func:`fit_base`) and
