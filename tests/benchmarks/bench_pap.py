@@ -2,9 +2,9 @@
 
     python tests/benchmarks/bench_pap.py [--repeats 7] [--threads 2]
 
-The hub's ``pap`` entry (the digits CNN base with its learned prompts) on the 500 test digits: the bare base's
-forward, the defended pipeline's (the base's prediction, the prompt of that class through a 3-D FFT and its
-inverse, the base again), and one prompt-training step on a 128-image batch (torchattacks PGD-10 on the bare base,
+The hub's ``pap`` entry (the photo-patch CNN base with its learned prompts) on the 500 test patches (3×8×8): the
+bare base's forward, the defended pipeline's (the base's prediction, the prompt of that class through a 3-D FFT and
+its inverse, the base again), and one prompt-training step on a 128-image batch (ART's PGD-10 on the bare base,
 the card's four-term loss, the signed step). The same three on a CIFAR-sized ResNet-18 base (untrained, 3×32×32;
 the cost does not depend on the weights) at batch 32. Prints medians of ``--repeats`` runs.
 """
@@ -50,7 +50,7 @@ def main() -> None:
     dm = zoo.datamodule("pap")
     dm.setup("test")
     x, y = dm.test_set.x, dm.test_set.y
-    rows = [("digits CNN, 500 images (train batch 128)", *_rates(model, x, y, 128, args.repeats))]
+    rows = [("photo-patch CNN, 500 images (train batch 128)", *_rates(model, x, y, 128, args.repeats))]
     torch.manual_seed(0)
     cifar = PAPModule(base_backbone="resnet18", in_shape=[3, 32, 32], eps=8 / 255, alpha=2 / 255,
                       exp_l1_weight=5000.0).eval()  # fmt: skip
