@@ -1,15 +1,16 @@
 """``zoo reproduce pap``: do phase- and amplitude-aware prompts make an adversarially trained classifier more robust
-than it is alone, than the paper's prompt baselines, and than a standard input transformation, under attacks at the
-field's strength?
+than it is alone, than the paper's prompt baselines, and than a standard input transformation, under adaptive
+attacks?
 
 The card's §6 experiment moved to the embedded photo-patches task at the paper's ε = 8/255 (bit-depth reduction
 solves robust digits; it does not solve this), arms and attacks in :mod:`~zoo.models.pap.experiment`. Every arm is
 scored by its worst case per image over APGD-CE, targeted APGD-DLR and Square, end to end (straight-through on PAP's
 label-driven selection), through the fixed true-class prompt and the expectation over prompts, and on the bare base's
-examples transferred (:func:`callbacks.robust_eval.robust_accuracies`, 100 steps, 3 restarts, 9 targets and 1,000
-Square queries in the full run); the paper's own number, PGD-10 crafted on the bare base, is kept beside it.
-``zoo reproduce pap --diagnose`` (:mod:`~zoo.models.pap.diagnosis`) sweeps the attack's strength and PAP's learning
-rate and exp-L1 weight.
+examples transferred (:func:`callbacks.robust_eval.robust_accuracies`); the paper's own number, PGD-10 crafted on the
+bare base, is kept beside it. The attacks run at the suite's strength (20 steps, 1 restart, 3 targets, 200 Square
+queries) for 14 arms × 3 seeds: ``zoo reproduce pap --diagnose`` (:mod:`~zoo.models.pap.diagnosis`) shows the worst
+case of the bare base and PAP flat from there to the field's strength (100 steps, 3 restarts, 6 targets, 1,000
+queries; the hub cards' numbers), and sweeps PAP's learning rate and exp-L1 weight.
 """
 
 from __future__ import annotations
@@ -190,8 +191,8 @@ HEADLINES = [
 
 
 def run(quick: bool = False, out: Path | str | None = None) -> dict[str, Any]:
-    """Run the arms over 3 seeds, print the tables and claims, and (with ``out``) write ``pap.json`` and
-    ``pap.png``. ``quick``: seed 0, prompts at half the epochs, 250 test images, the suite's attack strength
+    """Run the arms over 3 seeds (500 test images, the suite's attack strength), print the tables and claims, and
+    (with ``out``) write ``pap.json`` and ``pap.png``. ``quick``: seed 0, prompts at half the epochs, 250 test images, the suite's attack strength
     (:data:`callbacks.robust_eval.QUICK`), without PAP on the naturally trained base (report only).
 
     Returns:
