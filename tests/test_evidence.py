@@ -97,6 +97,10 @@ def test_card_verdict_is_refreshed_in_place_without_retraining(recorded, tmp_pat
     assert "| m 0.97 |" in text and "| m 0.9 |" not in text
     assert text.startswith("# ra-sae\n\nsummary\n\nPaper: x.\n\n<!-- verdict")
     assert text.endswith("-->\n\n## Use\n\nrest\n")
+    # published after the headlines and before the record: no section yet, so it goes before "## Use"
+    card.write_text("# ra-sae\n\nsummary\n\nPaper: x.\n\n## Use\n\nrest\n")
+    refresh_verdict("ra-sae", dest=card.parent)
+    assert card.read_text() == text
     card.write_text("# old card\n")
     with pytest.raises(ValueError, match="no verdict section"):
         refresh_verdict("ra-sae", dest=card.parent)

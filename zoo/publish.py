@@ -118,14 +118,16 @@ def verdict_block(name: str) -> str:
 
 
 def refresh_verdict(name: str, dest: str | Path | None = None) -> Path:
-    """Rewrite the verdict section of a published card from the recorded full run, without retraining.
+    """Rewrite the verdict section of a published card from the recorded full run, without retraining (a card
+    published before the run was recorded gets the section where :func:`render_card` puts it).
 
     The weights, config and the rest of the card stay as published; the card is written to a temporary file and
     renamed into place. Returns the card's path.
 
     Raises:
         FileNotFoundError: no published card at ``dest`` (default: the bundled entry).
-        ValueError: the card has no verdict section to replace, or there is no recorded verdict to put there.
+        ValueError: the card has neither a verdict section nor a ``## Use`` section to put one before, or there is
+            no recorded verdict to put there.
     """
     import os
     import uuid
@@ -139,10 +141,15 @@ def refresh_verdict(name: str, dest: str | Path | None = None) -> Path:
         raise ValueError(f"No recorded verdict for {name!r}: record its paper's full run first (zoo reproduce ... "
                          "--out docs/reproductions/<slug>).")  # fmt: skip
     start, end = text.find(_VERDICT_OPEN), text.find(_VERDICT_CLOSE)
-    if start < 0 or end < 0:
-        raise ValueError(f"{path} has no verdict section (published before the evidence standard): re-publish it "
+    use = text.find("\n## Use\n")
+    if (start < 0 or end < 0) and use >= 0:
+        # a card published before its paper's run was recorded: the section goes where render_card puts it
+        text = text[:use] + block.rstrip("\n") + "\n" + text[use:]
+    elif start < 0 or end < 0:
+        raise ValueError(f"{path} has no verdict section and no '## Use' section to put it before: re-publish it "
                          f"(zoo publish {name}).")  # fmt: skip
-    text = text[: start - 1] + block.rstrip("\n") + text[end + len(_VERDICT_CLOSE) :]
+    else:
+        text = text[: start - 1] + block.rstrip("\n") + text[end + len(_VERDICT_CLOSE) :]
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
