@@ -1,6 +1,6 @@
 """``zoo reproduce pap --diagnose``: is PAP's loss of robustness the attack's strength, or PAP's training setting?
 
-Two sweeps on seed 0 of the full run's task (photo patches, ε = 8/255, the first 250 test images):
+Two sweeps on seed 0 of the full run's task (photo patches, ε = 8/255, 250 evenly spaced test images: every class):
 
 * **attack strength** (the sanity table a defence reviewer asks for): the bare AT base's and PAP's worst-case
   robust accuracy over APGD-CE, targeted APGD-DLR and Square, end to end and through the attack views, at growing
@@ -26,7 +26,18 @@ from zoo.attacks import make_attack
 from zoo.callbacks.robust_eval import QUICK, robust_accuracies
 from zoo.datamodules.images import ImageDataModule
 from zoo.models.pap.attacks import PromptedPipeline
-from zoo.models.pap.experiment import ALPHA, ATTACKS, DATASET, EPS, PAP_LR, SETTINGS, exp_l1_weight, fit_base, make_prompt
+from zoo.models.pap.experiment import (
+    ALPHA,
+    ATTACKS,
+    DATASET,
+    EPS,
+    PAP_LR,
+    SETTINGS,
+    exp_l1_weight,
+    fit_base,
+    make_prompt,
+    spread,
+)
 from zoo.models.pap.training import fit_prompt
 from zoo.reporting import arm_table, conclude, plot_sweep, run_arms
 
@@ -100,8 +111,9 @@ def _diagnose(quick: bool, out: Path | str | None) -> dict[str, Any]:
     full = SETTINGS["full"]
     dm = ImageDataModule(dataset=DATASET)
     dm.setup("fit")
-    n = 100 if quick else 250
-    x, y, x_test, y_test = dm.train_set.x, dm.train_set.y, dm.test_set.x[:n], dm.test_set.y[:n]
+    rows = spread(len(dm.test_set.y), 100 if quick else 250)  # every class (the test set is sorted by class)
+    n = len(rows)
+    x, y, x_test, y_test = dm.train_set.x, dm.train_set.y, dm.test_set.x[rows], dm.test_set.y[rows]
     k, shape = int(y.max()) + 1, tuple(x.shape[1:])
     base = fit_base(x, y, full["base_epochs"], True, seed=0)
     pgd = make_attack(base, "pgd", EPS, ALPHA, 10, k, seed=0)

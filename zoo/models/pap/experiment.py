@@ -39,7 +39,7 @@ from zoo.models.pap.module import build_base_net
 from zoo.models.pap.prompt import PhaseAmplitudePrompt
 from zoo.models.pap.training import fit_prompt
 
-__all__ = ["ALPHA", "ARMS", "DATASET", "EPS", "LABELS", "PAP_LR", "PapExperiment", "exp_l1_weight", "fit_base"]
+__all__ = ["ALPHA", "ARMS", "DATASET", "EPS", "LABELS", "PAP_LR", "PapExperiment", "exp_l1_weight", "fit_base", "spread"]
 
 #: The embedded task: 8×8 RGB tiles of seven photographs (bit-depth reduction solves robust digits; not this).
 DATASET = "photo-patches"
@@ -110,6 +110,16 @@ def fit_base(
             loss.backward()
             opt.step()
     return net.requires_grad_(False).eval()
+
+
+def spread(n_total: int, n: int) -> Tensor:
+    """``n`` evenly spaced indices of ``n_total`` test images: the embedded test sets are sorted by class, so the
+    first ``n`` would hold only the first few classes; evenly spaced ones hold every class in proportion.
+
+    >>> spread(10, 4).tolist(), spread(4, 4).tolist()
+    ([0, 3, 6, 9], [0, 1, 2, 3])
+    """
+    return torch.linspace(0, n_total - 1, min(n, n_total)).round().long()
 
 
 def make_prompt(kind: str, num_classes: int, shape: tuple[int, int, int]) -> nn.Module:
