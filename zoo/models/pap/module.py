@@ -162,7 +162,8 @@ class PAPModule(ImageClassifier):
         base_weights: or a user's safetensors state dict of the base network (e.g. a CIFAR ResNet-18). With neither,
             the module keeps the weights it is given (the ``pap`` hub entry stores base and prompts together).
         eps, alpha, attack_steps: the PGD attack of training and of λ's update.
-        exp_l1_weight: 5000 at CIFAR scale; the card's digits toy uses a tuned 26.
+        exp_l1_weight: 5000 at CIFAR scale; the embedded defaults scale it by the batch's element count (the card's
+            §6 rule, an empirical choice per its Review notes): 26 for digits, 78.125 for the 3×8×8 photo patches.
         lambda_fixed: keep λ at 1 (the card's ablation).
 
     Example:

@@ -98,7 +98,8 @@ def pap_loss(
 
         CE(f(x̃_adv), y) + w_exp·mean(exp|x̃_adv − x|) + w_cw·L_CW-rand + w_nat·CE(f(x̃_nat), y)
 
-    ``exp_l1_weight`` is 5000 at CIFAR scale; the card's toy uses a tuned 26 (its Review notes: with sign updates
+    ``exp_l1_weight`` is 5000 at CIFAR scale; the card's toys scale it by element count (26 for digits, 78.125 for the
+    photo patches; its Review notes: with sign updates
     only the balance of the terms matters, so the value is tuned, not derived). Returns the loss and its terms.
     """
     wrong = random_wrong_labels(labels, prompt.num_classes, generator)
