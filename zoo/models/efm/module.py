@@ -12,7 +12,7 @@ from torchmetrics import MeanMetric
 from zoo.metrics import EnergyDistance
 from zoo.models.efm.field import FieldTarget, TargetKind, lift
 from zoo.models.efm.networks import build_field_net
-from zoo.models.efm.ode import Transport, transport
+from zoo.models.efm.ode import Transport, require_finite, transport
 from zoo.models.efm.samplers import PlatePointSampler, SamplerKind
 from zoo.module import ZooModule
 
@@ -127,6 +127,11 @@ class EFM(ZooModule):
     def loss(self, source: Tensor, target: Tensor, generator: torch.Generator | None = None) -> Tensor:
         """‖f_θ(x̃) − E(x̃)/‖E(x̃)‖‖² averaged over field points drawn from one batch of both plates."""
         source, target = self._check(source, "the source batch"), self._check(target, "the target batch")
+        # One NaN charge makes the Monte-Carlo field, and so the loss, of the whole batch NaN: refuse it here with
+        # one host sync for both plates (the second reduction only runs to name the bad plate).
+        if not bool(torch.isfinite(source).all() & torch.isfinite(target).all()):
+            require_finite(source, "the source batch", "EFM trains on finite samples only")
+            require_finite(target, "the target batch", "EFM trains on finite samples only")
         points = self.sampler(source, target, self.hparams.num_field_points, generator=generator)
         goal = self.field_target(points, lift(source, 0.0), lift(target, self.hparams.L)).to(points.dtype)
         x = points[:, :-1].reshape(len(points), *self.shape)
@@ -135,7 +140,10 @@ class EFM(ZooModule):
         return (pred - goal).square().sum(dim=1).mean()
 
     def transport(self, x: Tensor, steps: int | None = None, method: str | None = None) -> Transport:
-        """Move source samples ``x`` ``(n, *shape)`` from z = ε to the target plate z = L; see ``ode.transport``."""
+        """Move source samples ``x`` ``(n, *shape)`` from z = ε to the target plate z = L; see ``ode.transport``.
+
+        A NaN or inf row of ``x`` is refused by ``ode.transport`` (``ValueError`` naming "the input x").
+        """
         self._check(x, "the input")
         return transport(
             self.field,

@@ -1,0 +1,174 @@
+"""``zoo reproduce efm --diagnose``: why Flow Matching is ahead of EFM here, along the paper's own axes.
+
+Seed 0 of the full run's task (P = N(0, I) → two modes at ±4e₁; 2000 held-out particles, 2048 oracle charges per
+plate, 3000 training steps; quick: 1000 particles, 1024 charges, 1000 steps, fewer cells), three sweeps:
+
+* **plate distance** L: the ground-truth field's transport with lines stopped at z = L (``oracle``) and followed
+  behind the plate (``oracle_behind``), and the learned EFM (lines stopped at L). Small L sends lines out of the
+  capacitor; the poster shows L = 30 mapping poorly;
+* **field-point sampler** at L = 6: the card's segment + noise + outer points, the official ``Uniform``,
+  ``Uniform_mixing`` with the official toy's σ_end 0.8, τ 0.08, M 20 (z past the target plate), and the official
+  toy's 7³ mesh over x ∈ [−8, 8]², z ∈ [0, L + 2];
+* **dimension** D (the paper's wins are on 3,072-dimensional images): the same two modes in D = 2, 8, 32 (noise in
+  every dimension), EFM at L = 6 and at L = 6·√(D/2) (the plates kept as far apart relative to the data's spread),
+  against Flow Matching and the oracle at the same settings.
+
+``DIAGNOSIS_FLOW_MATCHING`` is the headline's diagnosis on the paper's page; its numbers come from this sweep
+(``docs/reproductions/efm/efm.diagnose.json``), the full run, and the official code run on the same task.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from zoo.models.efm.experiment import (
+    BEHIND_STEPS,
+    L,
+    MODES,
+    affine_map,
+    oracle_transport,
+    score,
+    toy_nd,
+    train_efm,
+    train_flow_matching,
+)
+from zoo.models.efm.flow_matching import flow_matching_transport
+from zoo.reporting import arm_table, conclude, run_arms
+
+__all__ = ["DIAGNOSIS_FLOW_MATCHING", "SAMPLERS", "diagnose"]
+
+#: field-point samplers of the sampler sweep: (kind, PlatePointSampler arguments); ``segment`` is the card's.
+SAMPLERS = {
+    "segment": ("segment", None),
+    "uniform": ("uniform", {}),
+    "mixing": ("uniform_mixing", {"sigma_end": 0.8, "tau": 0.08, "max_power": 20}),
+    "mesh": ("mesh", {"mesh_size": 7, "outer_box": 8.0, "outer_margin": 2.0}),
+}
+
+DIAGNOSIS_FLOW_MATCHING = (
+    "Pending the diagnosis run (zoo reproduce efm --diagnose)."
+)
+
+
+def diagnose(quick: bool = False, out: Path | str | None = None) -> dict[str, Any]:
+    """Run the three sweeps on seed 0 and (with ``out``) write ``efm.diagnose.json`` / ``.png``.
+
+    Returns:
+        flat results: ``L<L>/<oracle|oracle_behind|efm>/<metric>``, ``sampler-<name>/efm/<metric>`` and
+        ``D<D>/<identity|affine|flow_matching|oracle|efm|oracle_wide|efm_wide>/<metric>`` (``_wide``: L = 6·√(D/2)),
+        each also per seed.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # small MLPs and 512 × 2048 distances: extra threads only add overhead
+    try:
+        return _diagnose(quick, out)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _diagnose(quick: bool, out: Path | str | None) -> dict[str, Any]:
+    start = time.perf_counter()
+    steps, particles, charges = (1000, 1000, 1024) if quick else (3000, 2000, 2048)
+    distances = (2.0, 6.0, 30.0) if quick else (2.0, 4.0, 6.0, 12.0, 30.0)
+    samplers = ("segment", "mixing") if quick else tuple(SAMPLERS)
+    dims = (2, 8) if quick else (2, 8, 32)
+    data: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def held_out(dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if dim not in data:
+            g = torch.Generator().manual_seed(1)  # seed 0's held-out sets (the full run's order: P, then Q)
+            data[dim] = toy_nd("gaussian", particles, g, dim), toy_nd("two_modes", particles, g, dim)
+        return data[dim]
+
+    def cell(name: str, seed: int) -> dict[str, float]:
+        group, arm = name.split("/")
+        if group.startswith("L"):
+            distance, dim = float(group[1:]), 2
+        elif group.startswith("sampler-"):
+            distance, dim = L, 2
+        else:
+            dim = int(group[1:])
+            distance = L * math.sqrt(dim / 2) if arm.endswith("_wide") else L
+        x0, q = held_out(dim)
+        centres = MODES["two_modes"]
+        if arm == "identity":
+            return score(x0, q, centres)
+        if arm == "affine":
+            return score(affine_map(x0, "two_modes", seed), q, centres)
+        if arm == "flow_matching":
+            net, speed = train_flow_matching("two_modes", steps, seed, dim=dim)
+            return score(flow_matching_transport(net, x0, L), q, centres) | {"steps_per_s": speed}
+        if arm.startswith("oracle"):
+            behind = BEHIND_STEPS if arm == "oracle_behind" else 0
+            moved = oracle_transport(x0, "two_modes", charges, seed, behind_steps=behind, plate_distance=distance)
+            return score(moved.x, q, centres, moved)
+        kind, kwargs = SAMPLERS[group.removeprefix("sampler-")] if group.startswith("sampler-") else SAMPLERS["segment"]
+        model, speed = train_efm(
+            "two_modes", steps, seed, sampler=kind, sampler_kwargs=kwargs, plate_distance=distance, dim=dim
+        )
+        moved = model.transport(x0)
+        return score(moved.x, q, centres, moved) | {"steps_per_s": speed}
+
+    cells = [f"L{d:g}/{arm}" for d in distances for arm in ("oracle", "oracle_behind", "efm")]
+    cells += [f"sampler-{s}/efm" for s in samplers if s != "segment"]
+    wide = ("oracle_wide", "efm_wide")
+    cells += [f"D{d}/{arm}" for d in dims for arm in ("identity", "affine", "flow_matching", "oracle", "efm")
+              + (wide if d > 2 else ())]  # fmt: skip
+    r: dict[str, Any] = {"steps": steps, "particles": particles, "oracle_charges": charges, "num_seeds": 1}
+    run_arms(cells, (0,), cell, results=r)
+    # The segment sampler's cell is the plate-distance sweep's L = 6 (the same training).
+    for key in [k for k in r if k.startswith("L6/efm/")]:
+        r["sampler-segment/efm/" + key.removeprefix("L6/efm/")] = r[key]
+    r["seconds"] = time.perf_counter() - start
+    metrics = ("ed", "mode_min", "off_modes", "diverged", "lines_behind", "lines_lost", "clamped")
+    tables = [
+        arm_table(r, cells, metrics, f"EFM diagnosis, seed 0: {steps} steps, {particles} particles, {charges} charges",
+                  fmt="{:.4g}")
+    ]  # fmt: skip
+    notes = [f"total {r['seconds']:.0f} s"]
+
+    def plot(results: Mapping[str, Any], path: Path) -> None:
+        _plot(results, distances, samplers, dims, path)
+
+    return conclude("efm.diagnose", r, out=out, plot=plot, tables=tables, notes=notes)
+
+
+def _plot(r: Mapping[str, Any], distances: tuple, samplers: tuple, dims: tuple, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from zoo.reporting import plot_sweep
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    fm = r.get("D2/flow_matching/ed")
+    sizes = [f"L{d:g}" for d in distances]
+    series = {"oracle, stopped at L": "{size}/oracle/ed", "oracle + behind-plate": "{size}/oracle_behind/ed",
+              "EFM (learned), stopped at L": "{size}/efm/ed"}  # fmt: skip
+    plot_sweep(axes[0], r, sizes, distances, series, "plate distance L", "energy distance to Q",
+               "plate distance (dotted: Flow Matching)", log_x=True, reference=fm)  # fmt: skip
+    values = [r[f"sampler-{s}/efm/ed"] for s in samplers]
+    axes[1].bar(range(len(samplers)), values, color="C0")
+    axes[1].set_xticks(range(len(samplers)), samplers)
+    if fm is not None:
+        axes[1].axhline(fm, color="grey", linestyle=":", linewidth=1)
+    axes[1].set_ylabel("energy distance to Q")
+    axes[1].set_title("field-point sampler, L = 6 (dotted: Flow Matching)")
+    series = {"Flow Matching": "D{size}/flow_matching/ed", "EFM, L = 6": "D{size}/efm/ed",
+              "oracle, L = 6": "D{size}/oracle/ed", "affine map": "D{size}/affine/ed"}  # fmt: skip
+    if len(dims) > 1:
+        series |= {"EFM, L = 6·√(D/2)": "D{size}/efm_wide/ed"}
+    plot_sweep(axes[2], r, [str(d) for d in dims], dims, series, "dimension D", "energy distance to Q",
+               "dimension", log_x=True)  # fmt: skip
+    for ax in axes:
+        ax.set_yscale("log")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
