@@ -109,12 +109,41 @@ class _PairDataModule(BatchedDataModule):
         return tuple(self.train_set.source.shape[1:])
 
 
-def _split(x: Tensor, fractions: tuple[float, float], seed: int) -> tuple[Tensor, Tensor, Tensor]:
+#: Fewest rows a ``.npy`` plate may have: 2 for validation, 2 for test (the energy distance needs two points per
+#: sample) and 6 to train on.
+MIN_FILE_ROWS = 10
+
+
+def _split(x: Tensor, n_val: int, n_test: int, seed: int) -> tuple[Tensor, Tensor, Tensor]:
+    """A seeded random ``(train, val, test)`` split with the given sizes; the callers check that they fit."""
     perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))
-    n_val, n_test = (int(round(f * len(x))) for f in fractions)
-    if min(n_val, n_test, len(x) - n_val - n_test) < 2:
-        raise ValueError(f"{len(x)} samples are too few to split into train/val/test with fractions {fractions}")
     return x[perm[n_val + n_test :]], x[perm[:n_val]], x[perm[n_val : n_val + n_test]]
+
+
+def _file_split_sizes(n: int, n_val: int, n_test: int, file: Path) -> tuple[int, int]:
+    """Validation and test rows of a ``.npy`` plate of ``n`` rows: the asked counts, each capped at a quarter of it.
+
+    The cap keeps at least half of a small file for training, so the defaults (2,000 each, sized for the made-in-code
+    data) work on a file of any size instead of asking for more rows than it has, and it changes nothing on a file
+    of at least 4·max(n_val, n_test) rows. At ``MIN_FILE_ROWS`` the quarter is 2, so val and test keep the energy
+    distance's two points each.
+
+    Example:
+        >>> [_file_split_sizes(n, 2000, 2000, Path("p.npy")) for n in (10, 50, 500, 20_000)]
+        [(2, 2), (12, 12), (125, 125), (2000, 2000)]
+    """
+    if n < MIN_FILE_ROWS:
+        raise ValueError(
+            f"{file} has {n} row(s); a .npy source/target needs at least {MIN_FILE_ROWS} to split into train/val/test"
+        )
+    for name, count in (("n_val", n_val), ("n_test", n_test)):
+        if count < 2:
+            raise ValueError(
+                f"{name} = {count} is too few for {file}: validation and test need at least 2 rows each (the energy "
+                "distance compares two samples); set it >= 2"
+            )
+    cap = n // 4
+    return min(n_val, cap), min(n_test, cap)
 
 
 def _load_npy(path: str) -> Tensor:
@@ -134,12 +163,19 @@ def _load_npy(path: str) -> Tensor:
 class ToyPairDataModule(_PairDataModule):
     """Vector pairs: 2-D distributions made in code (the EFM card's experiment by default) or ``.npy`` files.
 
+    A ``.npy`` plate is split at random (seeded by ``seed``) into validation, test and training rows. ``n_val`` and
+    ``n_test`` are counts of rows, each capped at a quarter of the file's rows, so a small file keeps at least half
+    for training (a 500-row file with the defaults splits 125/125/250); training gets the rest, whatever
+    ``n_train`` says. A file needs at least ``MIN_FILE_ROWS`` (10) rows, and ``n_val`` and ``n_test`` at least 2.
+
     Args:
         source: the plate z = 0: a name of ``TOY_DISTRIBUTIONS`` or a ``.npy`` path of shape (n, D).
         target: the plate z = L, likewise.
-        n_train: training samples per side (made-in-code data; a large pool stands in for fresh draws).
-        n_val: validation samples per side.
-        n_test: test samples per side (the card evaluates on 2000 held-out samples).
+        n_train: training samples per side of made-in-code data (a large pool stands in for fresh draws); a file's
+            training split is the rows left after validation and test.
+        n_val: validation samples per side (of a file: rows, capped at a quarter of it).
+        n_test: test samples per side (the card evaluates on 2000 held-out samples; of a file: rows, capped at a
+            quarter of it).
         batch_size: charges per plate per step (card: 1024).
         num_workers: DataLoader workers.
         seed: seed of the made-in-code samples and of file splits.
@@ -173,8 +209,8 @@ class ToyPairDataModule(_PairDataModule):
         hp = self.hparams
         if spec.endswith(".npy"):
             x = _load_npy(spec)
-            n = len(x)
-            return _split(x, (hp.n_val / max(n, 1), hp.n_test / max(n, 1)), hp.seed + side)
+            n_val, n_test = _file_split_sizes(len(x), hp.n_val, hp.n_test, Path(spec).expanduser())
+            return _split(x, n_val, n_test, hp.seed + side)
         # One generator per side and split: the target's samples do not depend on the source's name.
         g = [torch.Generator().manual_seed(hp.seed * 1000 + 10 * side + k) for k in range(3)]
         return tuple(toy_distribution(spec, n, gen) for n, gen in zip((hp.n_train, hp.n_val, hp.n_test), g))
@@ -311,7 +347,15 @@ class ImagePairDataModule(_PairDataModule):
     def _pools(self, spec: str, side: int) -> tuple[Tensor, Tensor, Tensor]:
         hp = self.hparams
         if spec != "noise":
-            return _split(self._images(spec), (hp.val_fraction, hp.test_fraction), hp.seed + side)
+            images = self._images(spec)
+            n = len(images)
+            n_val, n_test = round(hp.val_fraction * n), round(hp.test_fraction * n)
+            if min(n_val, n_test, n - n_val - n_test) < 2:
+                raise ValueError(
+                    f"{spec!r} has {n} images, too few to split into train/val/test with val_fraction "
+                    f"{hp.val_fraction} and test_fraction {hp.test_fraction} (each split needs at least 2)"
+                )
+            return _split(images, n_val, n_test, hp.seed + side)
         other = self._pools(hp.target if side == 0 else hp.source, 1 - side)
         g = torch.Generator().manual_seed(hp.seed * 1000 + 10 * side)
         shape = (hp.channels, hp.image_size, hp.image_size)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -81,6 +83,43 @@ def test_toy_datamodule_reads_npy_files(tmp_path) -> None:
     assert p.shape == q.shape == (16, 3)
 
 
+@pytest.mark.parametrize(("rows", "split"), [(500, (250, 125, 125)), (50, (26, 12, 12)), (10, (6, 2, 2))])
+def test_toy_datamodule_splits_a_small_npy_file_with_the_default_counts(tmp_path, rows: int, split: tuple) -> None:
+    """Check that a file with fewer rows than n_val + n_test (default 2000 each) loads and splits, losing no row.
+
+    Each of val and test is capped at a quarter of the file (500 rows: 125/125, 250 to train; 50: 12/12/26; the
+    10-row minimum: 2/2/6). These files used to fail with "500 samples are too few ... fractions (4.0, 4.0)".
+    """
+    data = np.random.default_rng(0).normal(size=(rows, 2))
+    np.save(tmp_path / "p.npy", data)
+    dm = ToyPairDataModule(source=str(tmp_path / "p.npy"), batch_size=8)
+    dm.setup("fit")
+    sides = (dm.train_set.source, dm.val_set.source, dm.test_set.source)
+    assert tuple(len(x) for x in sides) == split
+    torch.testing.assert_close(torch.cat(sides).sort(dim=0).values, torch.from_numpy(data).float().sort(dim=0).values)
+    p, q = next(iter(dm.train_dataloader()))
+    assert p.shape == q.shape == (8, 2)
+    assert len(dm.test_set.target) == 2000  # the made-in-code target keeps its asked count
+
+
+def test_toy_datamodule_asked_counts_hold_on_a_large_enough_file(tmp_path) -> None:
+    """Check that counts are counts, not fractions: n_val = 40, n_test = 60 of 250 rows give 40/60/150 (no cap)."""
+    np.save(tmp_path / "p.npy", np.zeros((250, 2)))
+    dm = ToyPairDataModule(source=str(tmp_path / "p.npy"), target=str(tmp_path / "p.npy"), n_val=40, n_test=60)
+    dm.setup("fit")
+    assert (len(dm.train_set.source), len(dm.val_set.source), len(dm.test_set.source)) == (150, 40, 60)
+
+
+def test_toy_datamodule_refuses_a_file_too_small_to_split(tmp_path) -> None:
+    """Check that a 3-row (and a 9-row) .npy file raises one line naming the file, its row count and the minimum."""
+    for rows in (3, 9):
+        np.save(tmp_path / f"tiny{rows}.npy", np.zeros((rows, 2)))
+        file = tmp_path / f"tiny{rows}.npy"
+        dm = ToyPairDataModule(target=str(file))
+        with pytest.raises(ValueError, match=rf"^{re.escape(str(file))} has {rows} row\(s\); .* at least 10 to split"):
+            dm.setup("fit")
+
+
 def test_toy_datamodule_bad_specs_raise(tmp_path) -> None:
     """Check unknown names (ValueError), a missing .npy (helpful FileNotFoundError) and mismatched dimensions."""
     with pytest.raises(ValueError, match="unknown toy distribution 'moons'"):
@@ -98,7 +137,7 @@ def test_toy_datamodule_bad_specs_raise(tmp_path) -> None:
     np.save(tmp_path / "cube.npy", np.zeros((50, 2, 2)))
     with pytest.raises(ValueError, match="expected \\(n, D\\)"):
         ToyPairDataModule(source=str(tmp_path / "cube.npy"), n_val=5, n_test=5).setup("fit")
-    with pytest.raises(ValueError, match="too few"):
+    with pytest.raises(ValueError, match=r"^n_val = 1 is too few for .*d2\.npy: .* at least 2 rows each"):
         ToyPairDataModule(source=str(tmp_path / "d2.npy"), target=str(tmp_path / "d2.npy"), n_val=1).setup("fit")
 
 

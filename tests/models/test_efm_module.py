@@ -94,6 +94,27 @@ def test_bad_arguments_raise() -> None:
         EFM(shape=[2], net="unet")
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_samples_are_refused(bad: float) -> None:
+    """Check that a NaN/±inf row in loss (either plate) or transport raises one line naming the argument.
+
+    Without the check a NaN charge makes the Monte-Carlo field of the whole batch, so the loss, NaN, and a NaN input
+    comes back from transport as NaN, both silently.
+    """
+    model = EFM(shape=[2], net_kwargs={"hidden": 16}, num_field_points=16, ode_steps=3)
+    good, poisoned = torch.randn(8, 2), torch.randn(8, 2)
+    poisoned[5, 1] = bad
+    with pytest.raises(ValueError, match=r"^the source batch has 1 non-finite row\(s\) \(NaN or inf\); EFM trains on"):
+        model.loss(poisoned, good)
+    with pytest.raises(ValueError, match=r"^the target batch has 1 non-finite row\(s\)"):
+        model.loss(good, poisoned)
+    with pytest.raises(ValueError, match=r"^the input x has 1 non-finite row\(s\) \(NaN or inf\); EFM transports"):
+        model.transport(poisoned)
+    with pytest.raises(ValueError, match=r"^the input x has 1 non-finite row\(s\)"):
+        model((poisoned, good))  # forward, as predict_step and the evaluation call it
+    assert bool(torch.isfinite(model.loss(good, good + 3)))  # finite batches are untouched
+
+
 def test_loss_with_a_generator_is_reproducible() -> None:
     """Check that loss(..., generator) draws the same field points for the same seed (the evaluation loss)."""
     torch.manual_seed(0)

@@ -164,6 +164,97 @@ def test_rk45_beats_euler_on_a_linear_field() -> None:
     assert rk45.x.dtype == torch.float64
 
 
+# Hand-solvable fields: the expected end points below are derived in closed form, so they pin which z the Euler slope
+# is read at, that the slope is f_x / f_z (not f_x), its broadcast over image rows, the step count and the direction.
+def _recording(f_x, f_z, seen: list[float]):
+    """A field ``(f_x(x, z), f_z(x, z))`` that also records the (one) height z it is evaluated at."""
+
+    def field(x: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        seen.append(float(z[0]))
+        return f_x(x, z), f_z(x, z)
+
+    return field
+
+
+@pytest.mark.parametrize(("z0", "z1", "steps"), [(0.5, 3.0, 5), (3.0, 0.5, 5), (-1.0, 2.0, 12)])
+def test_euler_reads_the_slope_at_the_start_of_each_step(z0: float, z1: float, steps: int) -> None:
+    """Check Euler on dx/dz = z (f = (z, 1)) against its closed form, in both directions.
+
+    With dz = (z1 − z0)/N the k-th step reads the slope at z_k = z0 + k·dz, so
+        x_N = x0 + dz·Σ_{k=0}^{N−1} (z0 + k·dz) = x0 + N·dz·z0 + dz²·N(N−1)/2.
+    Reading it at z_{k+1} instead gives dz²·N(N+1)/2 in the last term, off by dz²·N (1.25 for (0.5, 3, 5), 0.75 for
+    (−1, 2, 12)); the exact line, x0 + (z1² − z0²)/2, is off by dz²·N/2, so Euler is not just accurate by chance.
+    """
+    x0 = torch.tensor([[0.0, 1.0], [-2.0, 0.25], [3.0, -1.5]], dtype=torch.float64)
+    seen: list[float] = []
+    field = _recording(lambda x, z: z[:, None].expand_as(x).clone(), lambda x, z: torch.ones_like(z), seen)
+    out = transport(field, x0, z0, z1, steps=steps)
+    dz = (z1 - z0) / steps
+    expected = x0 + steps * dz * z0 + dz**2 * steps * (steps - 1) / 2
+    torch.testing.assert_close(out.x, expected, atol=1e-6, rtol=0)
+    assert seen == pytest.approx([z0 + k * dz for k in range(steps)], abs=1e-12)  # z_0 … z_{N−1}, never z_N
+    assert out.nfe == steps and out.clamped_fraction == 0.0
+
+
+@pytest.mark.parametrize(("z0", "z1"), [(0.0, 1.0), (1.0, 0.0)])
+def test_euler_and_rk45_on_dx_dz_equals_x(z0: float, z1: float) -> None:
+    """Check dx/dz = x (f = (x, 1)): Euler is x0·(1 + dz)^N exactly, RK45 is x0·e^{z1 − z0} within its tolerance.
+
+    Each Euler step is x_{k+1} = x_k + dz·x_k = (1 + dz)·x_k, so x_N = x0·(1 + dz)^N with dz = (z1 − z0)/N
+    (1.125^8 forwards, 0.875^8 backwards); the ODE's solution is x0·e^{z1 − z0}. A wrong step size or count, or a
+    step taken the wrong way when z1 < z0, moves the Euler value by more than 1e-3 relative.
+    """
+    x0 = torch.tensor([[1.0, -2.0], [0.5, 3.0]], dtype=torch.float64)
+
+    def field(x: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x.clone(), torch.ones_like(z)
+
+    steps, dz = 8, (z1 - z0) / 8
+    euler = transport(field, x0, z0, z1, steps=steps)
+    torch.testing.assert_close(euler.x, x0 * (1 + dz) ** steps, atol=1e-6, rtol=0)
+    rk45 = transport(field, x0, z0, z1, method="rk45", rtol=1e-6, atol=1e-8)
+    torch.testing.assert_close(rk45.x, x0 * math.exp(z1 - z0), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["euler", "rk45"])
+@pytest.mark.parametrize(("z0", "z1"), [(0.5, 3.0), (3.0, 0.5)])
+def test_transport_uses_the_ratio_f_x_over_f_z(method: str, z0: float, z1: float) -> None:
+    """Check that f = (2, 4) moves x by (2/4)·(z1 − z0) = ±1.25, not by f_x·(z1 − z0) = ±5, in both directions.
+
+    The slope dx/dz of a field line is f_x / f_z; a constant slope is integrated exactly by Euler and RK45 alike.
+    """
+    x0 = torch.tensor([[0.0, 1.0], [-2.0, 0.25]], dtype=torch.float64)
+
+    def field(x: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.full_like(x, 2.0), torch.full_like(z, 4.0)
+
+    out = transport(field, x0, z0, z1, steps=5, method=method)
+    torch.testing.assert_close(out.x, x0 + 0.5 * (z1 - z0), atol=1e-6, rtol=0)
+    assert out.clamped_fraction == 0.0
+
+
+@pytest.mark.parametrize(("z0", "z1"), [(0.0, 2.0), (2.0, 0.0)])
+def test_euler_with_a_z_dependent_ratio_and_per_row_f_z_on_images(z0: float, z1: float) -> None:
+    """Check f = (2z, c_i) on image rows (n, C, H, W) with a different f_z = c_i per row (n == W = 4).
+
+    Row i has dx/dz = 2z/c_i, so Euler gives x0 + (2/c_i)·(N·dz·z0 + dz²·N(N−1)/2) (the sum of the first test);
+    with N = 4: forwards 2/c_i·1.5, backwards 2/c_i·(−2.5). An f_z broadcast along W instead of along the rows,
+    f_x used without dividing, or the slope read at z_{k+1} all give other numbers.
+    """
+    c = torch.tensor([1.0, 2.0, 4.0, 8.0], dtype=torch.float64)
+    x0 = torch.arange(64, dtype=torch.float64).reshape(4, 1, 4, 4) / 10
+
+    def field(x: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return (2 * z).reshape(-1, 1, 1, 1).expand_as(x).clone(), c.clone()
+
+    steps = 4
+    dz = (z1 - z0) / steps
+    moved = steps * dz * z0 + dz**2 * steps * (steps - 1) / 2
+    assert moved == (1.5 if z1 > z0 else -2.5)
+    out = transport(field, x0, z0, z1, steps=steps)
+    torch.testing.assert_close(out.x, x0 + (2 / c).reshape(-1, 1, 1, 1) * moved, atol=1e-6, rtol=0)
+
+
 def test_transport_counts_clamped_steps() -> None:
     """Check that f_z = −1 clamps every step of every line, and f_z < min_fz on half the lines gives 0.5."""
     x0 = torch.zeros(4, 2)
@@ -189,6 +280,28 @@ def test_transport_bad_arguments_raise() -> None:
         transport(field, torch.zeros(2, 2), 0.0, 1.0, steps=0)
     with pytest.raises(ValueError, match="unknown method"):
         transport(field, torch.zeros(2, 2), 0.0, 1.0, method="dopri5")
+
+
+@pytest.mark.parametrize("method", ["euler", "rk45"])
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_transport_refuses_non_finite_input(method: str, bad: float) -> None:
+    """Check that a NaN/±inf row of x is refused with one line counting the bad rows, before any field evaluation."""
+    calls: list[int] = []
+
+    def field(x: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        calls.append(1)
+        return torch.ones_like(x), torch.ones_like(z)
+
+    x = torch.zeros(5, 1, 2, 2)
+    x[1, 0, 1, 0] = bad
+    with pytest.raises(
+        ValueError, match=r"^the input x has 1 non-finite row\(s\) \(NaN or inf\); EFM transports finite"
+    ):
+        transport(field, x, 0.0, 1.0, steps=3, method=method)
+    x[3, 0, 0, 1] = x[4, 0, 0, 0] = bad
+    with pytest.raises(ValueError, match=r"has 3 non-finite row\(s\)"):
+        transport(field, x, 0.0, 1.0, steps=3, method=method)
+    assert calls == []
 
 
 def test_behind_plate_continuation_follows_a_loop_back_to_the_plane() -> None:

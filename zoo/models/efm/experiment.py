@@ -400,6 +400,7 @@ def trajectories(model: EFM, x: Tensor, steps: int = 100) -> Tensor:
     dz, path = (L - EPS) / steps, [torch.cat([x, torch.full((len(x), 1), EPS)], 1)]
     for k in range(steps):
         z = EPS + k * dz
-        x = transport(model.field, x, z, z + dz, steps=1).x
+        # held in the box as ``score`` does: a line thrown to inf would make the next step refuse its input
+        x = torch.nan_to_num(transport(model.field, x, z, z + dz, steps=1).x, BOX, BOX, -BOX).clamp(-BOX, BOX)
         path.append(torch.cat([x, torch.full((len(x), 1), z + dz)], 1))
     return torch.stack(path)
