@@ -6,6 +6,8 @@ plate, 3000 training steps; quick: 1000 particles, 1024 charges, 1000 steps, few
 * **plate distance** L: the ground-truth field's transport with lines stopped at z = L (``oracle``) and followed
   behind the plate (``oracle_behind``), and the learned EFM (lines stopped at L). Small L sends lines out of the
   capacitor; the poster shows L = 30 mapping poorly;
+* **budget** at L = 6: the oracle with the continuation on 4× the charges (its Monte-Carlo noise), and the learned
+  EFM with the continuation at 1× and 3× the training steps;
 * **field-point sampler** at L = 6: the card's segment + noise + outer points, the official ``Uniform``,
   ``Uniform_mixing`` with the official toy's σ_end 0.8, τ 0.08, M 20 (z past the target plate), and the official
   toy's 7³ mesh over x ∈ [−8, 8]², z ∈ [0, L + 2];
@@ -60,7 +62,8 @@ def diagnose(quick: bool = False, out: Path | str | None = None) -> dict[str, An
     """Run the three sweeps on seed 0 and (with ``out``) write ``efm.diagnose.json`` / ``.png``.
 
     Returns:
-        flat results: ``L<L>/<oracle|oracle_behind|efm>/<metric>``, ``sampler-<name>/efm/<metric>`` and
+        flat results: ``L<L>/<oracle|oracle_behind|efm>/<metric>`` (and at L = 6 ``oracle_behind_4x``,
+        ``efm_behind``, ``efm_behind_3x``), ``sampler-<name>/efm/<metric>`` and
         ``D<D>/<identity|affine|flow_matching|oracle|efm|oracle_wide|efm_wide>/<metric>`` (``_wide``: L = 6·√(D/2)),
         each also per seed.
     """
@@ -105,9 +108,15 @@ def _diagnose(quick: bool, out: Path | str | None) -> dict[str, Any]:
             net, speed = train_flow_matching("two_modes", steps, seed, dim=dim)
             return score(flow_matching_transport(net, x0, L), q, centres) | {"steps_per_s": speed}
         if arm.startswith("oracle"):
-            behind = BEHIND_STEPS if arm == "oracle_behind" else 0
-            moved = oracle_transport(x0, "two_modes", charges, seed, behind_steps=behind, plate_distance=distance)
+            behind = BEHIND_STEPS if arm.startswith("oracle_behind") else 0
+            many = 4 * charges if arm.endswith("_4x") else charges  # the Monte-Carlo field's own noise
+            moved = oracle_transport(x0, "two_modes", many, seed, behind_steps=behind, plate_distance=distance)
             return score(moved.x, q, centres, moved)
+        if arm.startswith("efm_behind"):  # the learned field with the continuation, at 1× and 3× the budget
+            budget = 3 * steps if arm.endswith("_3x") else steps
+            model, speed = train_efm("two_modes", budget, seed, behind_plate=True)
+            moved = model.transport(x0)
+            return score(moved.x, q, centres, moved) | {"steps_per_s": speed}
         kind, kwargs = SAMPLERS[group.removeprefix("sampler-")] if group.startswith("sampler-") else SAMPLERS["segment"]
         model, speed = train_efm(
             "two_modes", steps, seed, sampler=kind, sampler_kwargs=kwargs, plate_distance=distance, dim=dim
@@ -116,6 +125,7 @@ def _diagnose(quick: bool, out: Path | str | None) -> dict[str, Any]:
         return score(moved.x, q, centres, moved) | {"steps_per_s": speed}
 
     cells = [f"L{d:g}/{arm}" for d in distances for arm in ("oracle", "oracle_behind", "efm")]
+    cells += ["L6/oracle_behind_4x", "L6/efm_behind", "L6/efm_behind_3x"]
     cells += [f"sampler-{s}/efm" for s in samplers if s != "segment"]
     wide = ("oracle_wide", "efm_wide")
     cells += [f"D{d}/{arm}" for d in dims for arm in ("identity", "affine", "flow_matching", "oracle", "efm")
