@@ -89,6 +89,14 @@ def test_run_arms_writes_per_seed_values_means_and_seconds() -> None:
     assert "clean/a/seconds" in r
 
 
+def test_a_second_run_arms_on_other_seeds_keeps_the_first_calls_means() -> None:
+    """Check that a 1-seed side experiment written into a 3-seed run's results leaves the 3-seed means alone (they
+    were once recomputed over the second call's seeds: seed 0 only)."""
+    r = run_arms(["a"], [0, 1, 2], lambda arm, s: {"acc": float(s)}, log=None)
+    run_arms(["side"], [0], lambda arm, s: {"acc": 5.0}, results=r, log=None)
+    assert r["a/acc"] == 1.0 and r["side/acc"] == 5.0
+
+
 def test_conclude_prints_writes_and_returns_the_verdicts(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     from rich.console import Console
 

@@ -59,6 +59,7 @@ def run_arms(
     """
     r: dict[str, Any] = {} if results is None else results
     start = time.perf_counter()
+    written: dict[str, None] = {}
     for seed in seeds:
         for arm in arms:
             t0 = time.perf_counter()
@@ -66,10 +67,17 @@ def run_arms(
             metrics.setdefault("seconds", time.perf_counter() - t0)
             for metric, value in metrics.items():
                 r[f"{prefix}{arm}/{metric}/seed{seed}"] = float(value)
+                written[f"{prefix}{arm}/{metric}"] = None
             if log is not None:
                 shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items() if k != "seconds")
                 log(f"  {prefix}{arm:<18} seed {seed}: {shown}  ({time.perf_counter() - start:.0f} s)")
-    return mean_over_seeds(r, seeds)
+    # Only the keys this call wrote: a second call on the same results with other seeds (a 1-seed side experiment
+    # after a 3-seed run) must not overwrite the first call's means with means over its own seeds.
+    for base in written:
+        values = [r.get(f"{base}/seed{s}") for s in seeds]
+        if all(isinstance(v, (int, float)) for v in values):
+            r[base] = sum(values) / len(values)
+    return r
 
 
 def _spread(results: Mapping[str, Any], key: str) -> float | None:

@@ -11,6 +11,7 @@ import torch
 
 from zoo.claims import TaskCheck
 from zoo.datamodules.pairs import toy_distribution
+from zoo.metrics import energy_distance
 from zoo.models.efm.experiment import ARMS, MODES, assign, gaussian_ot_map, score, toy_nd
 from zoo.models.efm.reproduce import CHECKS, CLAIMS, HEADLINES
 
@@ -61,11 +62,14 @@ def test_gaussian_ot_map_is_the_symmetric_root_from_a_standard_gaussian() -> Non
 
 
 def test_gaussian_ot_map_between_axis_aligned_gaussians_scales_each_axis() -> None:
-    """Σ_P = diag(4, 1) → Σ_Q = diag(1, 9): A = Σ_Q^{1/2} Σ_P^{-1/2} = diag(1/2, 3) when the two commute."""
-    p = _whitened(400, 2, 2) * torch.tensor([2.0, 1.0], dtype=torch.float64)
-    q = _whitened(400, 2, 3) * torch.tensor([1.0, 3.0], dtype=torch.float64)
+    """Σ_P = diag(4, 1) → Σ_Q = diag(1, 9): A = Σ_Q^{1/2} Σ_P^{-1/2} = diag(1/2, 3) when the two commute; with means
+    μ_P = (3, −1) and μ_Q = (−2, 5), T(x) = μ_Q + A(x − μ_P)."""
+    mu_p, mu_q = torch.tensor([3.0, -1.0], dtype=torch.float64), torch.tensor([-2.0, 5.0], dtype=torch.float64)
+    p = _whitened(400, 2, 2) * torch.tensor([2.0, 1.0], dtype=torch.float64) + mu_p
+    q = _whitened(400, 2, 3) * torch.tensor([1.0, 3.0], dtype=torch.float64) + mu_q
     x = torch.tensor([[2.0, 1.0], [-4.0, 0.5]], dtype=torch.float64)
-    torch.testing.assert_close(gaussian_ot_map(x, p, q), x * torch.tensor([0.5, 3.0], dtype=torch.float64))
+    expected = mu_q + (x - mu_p) * torch.tensor([0.5, 3.0], dtype=torch.float64)
+    torch.testing.assert_close(gaussian_ot_map(x, p, q), expected)
 
 
 def test_assign_minimises_the_total_squared_distance_not_each_nearest() -> None:
@@ -76,6 +80,27 @@ def test_assign_minimises_the_total_squared_distance_not_each_nearest() -> None:
     torch.testing.assert_close(assign(x, q), torch.tensor([[3.5, 0.0], [1.0, 0.0]]))
     with pytest.raises(ValueError, match="as many rows"):
         assign(x, q[:1])
+
+
+def test_assign_uses_squared_distances() -> None:
+    """x = (0, 0), (0, 1) against q = (0, 2), (3, 3): pairing in order costs 4 + 13 = 17 squared (2 + √13 = 5.61 in
+    plain distance), crossed 18 + 1 = 19 squared (√18 + 1 = 5.24): the squared cost pairs in order, the plain one
+    would cross."""
+    x = torch.tensor([[0.0, 0.0], [0.0, 1.0]])
+    q = torch.tensor([[0.0, 2.0], [3.0, 3.0]])
+    torch.testing.assert_close(assign(x, q), q)
+
+
+def test_score_counts_diverged_outputs_and_holds_them_at_the_box() -> None:
+    """An inf row and a row at 100 are diverged (2 of 4) and weigh as points at the box's edge (20), so the energy
+    distance stays finite and equals the one of the clamped samples."""
+    q = torch.tensor([[4.0, 0.0], [-4.0, 0.0], [4.0, 0.5], [-4.0, -0.5]])
+    x = torch.tensor([[float("inf"), 0.0], [100.0, 0.0], [4.0, 0.0], [-4.0, 0.0]])
+    m = score(x, q)
+    clamped = torch.tensor([[20.0, 0.0], [20.0, 0.0], [4.0, 0.0], [-4.0, 0.0]])
+    assert m["diverged"] == 0.5
+    assert m["ed"] == pytest.approx(float(energy_distance(clamped, q)))
+    assert score(q, q)["diverged"] == 0.0
 
 
 def test_toy_nd_keeps_the_modes_and_spreads_the_noise() -> None:

@@ -322,3 +322,36 @@ def test_behind_plate_continuation_follows_a_loop_back_to_the_plane() -> None:
     assert float(out.x[1, 0]) == pytest.approx(1.0, abs=1e-3)
     stuck = transport(loop, x, L - 1e-4, L, steps=1, behind_steps=10, behind_step=0.01, probe=0.01)
     assert stuck.lines_lost == 0.5  # 10 steps of 0.01 cannot close a loop of length π
+
+
+def test_behind_plate_continuation_backwards_flags_the_lines_that_travel_on() -> None:
+    """Going down (z_start > z_end) a line travels along −f, so it passes through the plane where f_z > 0: with the loop
+    field f = (z − L, −x) the line at x = −1 (f_z = +1) goes below the plane, circles and comes back up at x = +1, and
+    the line at x = +1 (f_z = −1) is already heading back. Reading the test as sign·f_z > 0 follows neither."""
+    L = 2.0
+
+    def loop(x: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return (z - L)[:, None].expand_as(x).clone(), -x[:, 0]
+
+    x = torch.tensor([[-1.0], [1.0]])
+    out = transport(loop, x, L + 1e-4, L, steps=1, behind_steps=500, behind_step=0.01, probe=0.01)
+    assert out.lines_behind == 0.5 and out.lines_lost == 0.0
+    assert abs(float(out.x[0, 0]) - 1.0) < 0.02 and float(out.x[1, 0]) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_behind_plate_landing_is_interpolated_at_the_level() -> None:
+    """Straight segments make the landing point exact. Past the plate f = (1, 1) for x < 0 and (1, −2) for x ≥ 0; the
+    continuation steps s = 0.2 along f/‖f‖ from (x₀, L + p). From x₀ = −0.75 + 1e-4 (the Euler step to the plate moves
+    x by 1e-4 at slope 1) six steps of (s/√2, s/√2) end at x ≥ 0, 6s/√2 above the landing level; the descent at slope
+    −2 reaches that level after Δx = 3s/√2, so x = x₀ + 9s/√2, derived by hand. Taking the end of the step that crossed
+    the level instead (no interpolation) lands 0.023 further on."""
+    L, p, s = 2.0, 0.05, 0.2
+
+    def kink(x: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.ones_like(x), torch.where(x[:, 0] < 0, 1.0, -2.0).to(x.dtype)
+
+    x = torch.tensor([[-0.75]], dtype=torch.float64)
+    out = transport(kink, x, L - 1e-4, L, steps=1, behind_steps=50, behind_step=s, probe=p)
+    expected = -0.75 + 1e-4 + 9 * s / math.sqrt(2)
+    assert out.lines_behind == 1.0 and out.lines_lost == 0.0
+    assert float(out.x[0, 0]) == pytest.approx(expected, abs=1e-9)

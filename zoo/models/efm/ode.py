@@ -141,7 +141,9 @@ def _behind_plate(
     landing = plane + sign * probe
     z = torch.full((n,), landing, dtype=x.dtype, device=x.device)
     _, f_z = field(x, z)
-    idx = (sign * f_z > 0).nonzero().squeeze(1)
+    # A line travels along sign·f (the Euler steps move by dz·f/f_z with f_z > 0), so it keeps going away from the
+    # plane, in either direction, exactly where f_z > 0.
+    idx = (f_z > 0).nonzero().squeeze(1)
     behind, x = len(idx) / n, x.clone()
     xs, zs = x[idx], z[idx]
     nfe = 1
