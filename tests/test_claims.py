@@ -97,6 +97,18 @@ def test_a_second_run_arms_on_other_seeds_keeps_the_first_calls_means() -> None:
     assert r["a/acc"] == 1.0 and r["side/acc"] == 5.0
 
 
+def test_run_arms_averages_keys_an_arm_wrote_into_the_results_itself() -> None:
+    """Check that a per-seed key an arm stores in the shared results (not in its returned metrics) gets its mean."""
+    r: dict = {}
+
+    def arm(name: str, seed: int) -> dict[str, float]:
+        r[f"side/epochs/seed{seed}"] = 10.0 * (seed + 1)
+        return {"acc": 1.0}
+
+    run_arms(["a"], [0, 1], arm, results=r, log=None)
+    assert r["side/epochs"] == 15.0
+
+
 def test_conclude_prints_writes_and_returns_the_verdicts(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     from rich.console import Console
 

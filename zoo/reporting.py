@@ -71,11 +71,13 @@ def run_arms(
             if log is not None:
                 shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items() if k != "seconds")
                 log(f"  {prefix}{arm:<18} seed {seed}: {shown}  ({time.perf_counter() - start:.0f} s)")
-    # Only the keys this call wrote: a second call on the same results with other seeds (a 1-seed side experiment
-    # after a 3-seed run) must not overwrite the first call's means with means over its own seeds.
-    for base in written:
+    # A second call on the same results with other seeds (a 1-seed side experiment after a 3-seed run) must not
+    # overwrite the first call's means with means over its own seeds: a mean that exists is replaced only for the
+    # keys this call returned; keys an arm wrote into ``results`` itself get their mean when they have none yet.
+    bases = {k.rsplit("/seed", 1)[0] for k in r if "/seed" in k and k.rsplit("/seed", 1)[1].isdigit()}
+    for base in sorted(bases):
         values = [r.get(f"{base}/seed{s}") for s in seeds]
-        if all(isinstance(v, (int, float)) for v in values):
+        if (base in written or base not in r) and all(isinstance(v, (int, float)) for v in values):
             r[base] = sum(values) / len(values)
     return r
 
