@@ -12,7 +12,8 @@ import torch
 from zoo.claims import TaskCheck
 from zoo.datamodules.pairs import toy_distribution
 from zoo.metrics import energy_distance
-from zoo.models.efm.experiment import ARMS, MODES, assign, gaussian_ot_map, score, toy_nd
+from zoo.models.efm.alternatives import assign, gaussian_ot_map
+from zoo.models.efm.experiment import ARMS, MODES, score, toy_nd
 from zoo.models.efm.reproduce import CHECKS, CLAIMS, HEADLINES
 
 

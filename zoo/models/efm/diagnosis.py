@@ -152,13 +152,17 @@ def _diagnose(quick: bool, out: Path | str | None) -> dict[str, Any]:
     cells += ["L6/oracle_behind_4x", "L6/efm_behind", "L6/efm_behind_3x"]
     cells += [f"sampler-{s}/efm" for s in samplers if s != "segment"]
     wide = ("oracle_wide", "efm_wide")
-    cells += [f"D{d}/{arm}" for d in dims for arm in ("identity", "affine", "flow_matching", "oracle", "efm")
-              + (wide if d > 2 else ())]  # fmt: skip
+    # D = 2 at L = 6 is the plate-distance sweep's L = 6 (the same oracle and training): run once, copied below.
+    cells += [f"D{d}/{arm}" for d in dims for arm in ("identity", "affine", "flow_matching")
+              + (("oracle", "efm") + wide if d > 2 else ())]  # fmt: skip
     r: dict[str, Any] = {"steps": steps, "particles": particles, "oracle_charges": charges, "num_seeds": 1}
     run_arms(cells, (0,), cell, results=r)
-    # The segment sampler's cell is the plate-distance sweep's L = 6 (the same training).
-    for key in [k for k in r if k.startswith("L6/efm/")]:
-        r["sampler-segment/efm/" + key.removeprefix("L6/efm/")] = r[key]
+    # The segment sampler's cell and D = 2's are the plate-distance sweep's L = 6 (the same training and oracle).
+    for key in [k for k in r if k.startswith(("L6/efm/", "L6/oracle/"))]:
+        arm, rest = key.removeprefix("L6/").split("/", 1)
+        r[f"D2/{arm}/{rest}"] = r[key]
+        if arm == "efm":
+            r[f"sampler-segment/efm/{rest}"] = r[key]
     r["seconds"] = time.perf_counter() - start
     metrics = ("ed", "mode_min", "off_modes", "diverged", "lines_behind", "lines_lost", "clamped")
     tables = [

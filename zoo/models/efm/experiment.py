@@ -11,11 +11,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import ot
 import torch
 from torch import Tensor
 
 from zoo.datamodules.pairs import toy_distribution
 from zoo.metrics import energy_distance
+from zoo.models.efm.alternatives import assign, gaussian_ot_map, snap_crossing
 from zoo.models.efm.field import FieldTarget, lift
 from zoo.models.efm.flow_matching import flow_matching_loss, flow_matching_transport
 from zoo.models.efm.module import EFM
@@ -35,14 +37,11 @@ __all__ = [
     "SEEDS",
     "TwoModesExperiment",
     "affine_map",
-    "assign",
     "assignment_map",
     "build_efm",
-    "gaussian_ot_map",
     "oracle_field",
     "oracle_transport",
     "score",
-    "snap_crossing",
     "toy_nd",
     "train_efm",
     "train_flow_matching",
@@ -216,47 +215,6 @@ def oracle_transport(
     return transport(field, x, EPS, plate_distance, steps=steps, behind_steps=behind_steps)
 
 
-def snap_crossing(field: FieldFn, x: Tensor, pool: Tensor, plane: float = L, probe: float = BEHIND_PROBE) -> Tensor:
-    """Lines stopped at the plane that would pass through it (f_z > 0 at ``plane + probe``, the continuation's own
-    test) sent to the nearest sample of ``pool``: the cheap fix a practitioner tries instead of following them.
-
-    Example:
-        >>> up = lambda x, z: (torch.zeros_like(x), torch.where(x[:, 0] > 0, 1.0, -1.0))  # only x₁ > 0 crosses
-        >>> snap_crossing(up, torch.tensor([[1.0, 0.0], [-1.0, 0.0]]), torch.tensor([[4.0, 0.0], [-4.0, 0.0]]))
-        tensor([[ 4.,  0.],
-                [-1.,  0.]])
-    """
-    _, f_z = field(x, torch.full((len(x),), plane + probe, dtype=x.dtype))
-    cross = f_z > 0
-    out = x.clone()
-    if bool(cross.any()):
-        out[cross] = pool[torch.cdist(x[cross], pool).argmin(dim=1)]
-    return out
-
-
-def gaussian_ot_map(x: Tensor, p: Tensor, q: Tensor) -> Tensor:
-    """``x`` through the optimal-transport map between the Gaussian fits of the samples ``p`` and ``q``.
-
-    T(x) = μ_q + A(x − μ_p), A = Σ_p^{-1/2}(Σ_p^{1/2} Σ_q Σ_p^{1/2})^{1/2} Σ_p^{-1/2} (the Monge map between two
-    Gaussians; computed in float64 with symmetric eigendecompositions).
-
-    Example:
-        >>> p = torch.tensor([[1.0, 0], [-1, 0], [0, 1], [0, -1]])
-        >>> gaussian_ot_map(torch.tensor([[1.0, 1.0]]), p, torch.tensor([[2.0, 0], [-2, 0], [0, 0.5], [0, -0.5]]))
-        tensor([[2.0000, 0.5000]])
-    """
-
-    def sqrtm(m: Tensor, power: float = 0.5) -> Tensor:
-        vals, vecs = torch.linalg.eigh(m)
-        return (vecs * vals.clamp_min(1e-12).pow(power)) @ vecs.T
-
-    p, q = p.double(), q.double()
-    cov_p, cov_q = torch.cov(p.T), torch.cov(q.T)
-    root, inv_root = sqrtm(cov_p), sqrtm(cov_p, -0.5)
-    a = inv_root @ sqrtm(root @ cov_q @ root) @ inv_root
-    return (q.mean(0) + (x.double() - p.mean(0)) @ a.T).to(x.dtype)
-
-
 def affine_map(x: Tensor, target: str, seed: int, fit_samples: int = 4096) -> Tensor:
     """The ``affine`` arm: :func:`gaussian_ot_map` fitted to ``fit_samples`` fresh draws of P and of Q.
 
@@ -267,23 +225,6 @@ def affine_map(x: Tensor, target: str, seed: int, fit_samples: int = 4096) -> Te
     return gaussian_ot_map(x, p, toy_nd(target, fit_samples, g, x.shape[1]))
 
 
-def assign(x: Tensor, q: Tensor) -> Tensor:
-    """Row i of ``x`` sent to its partner among the rows of ``q`` in the exact assignment minimising the total squared
-    distance (SciPy's ``linear_sum_assignment``): the discrete optimal-transport map between two equal-size samples.
-
-    Example:
-        >>> assign(torch.tensor([[0.0, 0.0], [10.0, 0.0]]), torch.tensor([[9.0, 0.0], [1.0, 0.0]]))
-        tensor([[1., 0.],
-                [9., 0.]])
-    """
-    from scipy.optimize import linear_sum_assignment
-
-    if len(x) != len(q):
-        raise ValueError(f"assign needs as many rows in q as in x, got {len(q)} and {len(x)}")
-    rows, cols = linear_sum_assignment(torch.cdist(x.double(), q.double()).square().numpy())
-    return q[torch.from_numpy(cols[rows.argsort()])]
-
-
 def assignment_map(x: Tensor, target: str, seed: int) -> Tensor:
     """The ``assignment`` arm: :func:`assign` to as many fresh samples of Q. Its outputs are samples of Q, so it
     matches Q as well as Q's own samples do; what it lacks is a map defined off this batch.
@@ -292,19 +233,11 @@ def assignment_map(x: Tensor, target: str, seed: int) -> Tensor:
     return assign(x, toy_nd(target, len(x), g, x.shape[1]))
 
 
-def _sliced_w2(x: Tensor, y: Tensor) -> float | None:
-    try:
-        import ot
-    except ImportError:
-        return None
-    return float(ot.sliced_wasserstein_distance(x.double().numpy(), y.double().numpy(), n_projections=200, seed=0))
-
-
 def score(x: Tensor, q: Tensor, centres: Tensor | None = None, moved: Transport | None = None) -> dict[str, float]:
     """Transported samples ``x`` against held-out ``q``: energy distance (``ed``; outputs beyond ``BOX`` in any
     coordinate, or not finite, are counted as ``diverged`` and held at the box's edge), and with ``centres`` the mode
     balance (share with x₁ > 0), ``mode_min`` (the smaller share of outputs within 1.5 of a centre) and
-    ``off_modes`` (farther than 1.5 from every centre); with ``moved`` the integrator's counts; sliced W2 with POT.
+    ``off_modes`` (farther than 1.5 from every centre); with ``moved`` the integrator's counts; POT's sliced W2 in 2-D.
     """
     # A line that ran parallel to the plates (clamped f_z) can be thrown arbitrarily far, even to inf: such outputs
     # are counted (``diverged``) and held at the box's edge, so they weigh as far-off mass instead of making the
@@ -326,9 +259,9 @@ def score(x: Tensor, q: Tensor, centres: Tensor | None = None, moved: Transport 
     if moved is not None:
         m.update(clamped=moved.clamped_fraction, lines_behind=moved.lines_behind, lines_lost=moved.lines_lost)
     if x.shape[1] == 2:
-        w2 = _sliced_w2(x, q)
-        if w2 is not None:
-            m["sliced_w2"] = w2
+        # numpy arrays: POT draws the projections with numpy's generator (torch inputs draw other ones)
+        xs, qs = x.double().numpy(), q.double().numpy()
+        m["sliced_w2"] = float(ot.sliced_wasserstein_distance(xs, qs, n_projections=200, seed=0))
     return m
 
 
@@ -388,7 +321,7 @@ class TwoModesExperiment:
             return assignment_map(x0, target, seed), None
         if arm == "oracle_snap":  # the oracle's stopped lines; those the continuation would follow, snapped
             field = oracle_field(target, self.charges, seed)
-            return snap_crossing(field, self._oracle(seed).x, self._pool(seed, target), probe=ORACLE_PROBE), None
+            return snap_crossing(field, self._oracle(seed).x, self._pool(seed, target), L, ORACLE_PROBE), None
         if arm == "oracle_paper" and target == "two_modes":
             return self._oracle(seed), None
         if arm.startswith("oracle_"):
@@ -415,7 +348,7 @@ class TwoModesExperiment:
                 return model.transport(x0), speed
             if arm == "efm_snap":
                 stopped = transport(model.field, x0, EPS, L, steps=model.hparams.ode_steps).x
-                return snap_crossing(model.field, stopped, self._pool(seed, target)), None
+                return snap_crossing(model.field, stopped, self._pool(seed, target), L, BEHIND_PROBE), None
             # the field's training is counted once, under efm_behind_plate
             return transport(model.field, x0, EPS, L, steps=model.hparams.ode_steps, min_fz=model.hparams.min_fz), None
         raise ValueError(f"unknown arm {arm!r}; choose one of {ARMS}")
