@@ -75,6 +75,14 @@ def test_datamodule_bad_input_raises(tmp_path) -> None:
         PrunableImageDataModule(keep_indices=[1, 1]).setup("fit")
     with pytest.raises(FileNotFoundError, match="No index file"):
         PrunableImageDataModule(keep_indices=str(tmp_path / "none.npy")).setup("fit")
+    np.save(tmp_path / "float.npy", np.array([3.7, 1.2]))
+    with pytest.raises(
+        ValueError,
+        match=r"keep_indices file .*float\.npy must hold integer sample indices, got dtype float64",
+    ):
+        PrunableImageDataModule(keep_indices=str(tmp_path / "float.npy")).setup("fit")
+    with pytest.raises(ValueError, match="hard_cut"):
+        PrunableImageDataModule(prune_ratio=0.5, prune_method="ccs", scores="auto", hard_cut=1.0)
     with pytest.raises(ValueError, match="label_noise"):
         PrunableImageDataModule(label_noise=1.0)
     with pytest.raises(ValueError, match="unknown dataset"):
@@ -116,11 +124,35 @@ def test_pruning_workflow_from_a_recorded_dynamics_file(tmp_path) -> None:
     np.savez(tmp_path / "dynamics.npz", **{k: v.numpy() for k, v in record.items()})
     loaded = load_record(tmp_path / "dynamics.npz", 1297)
     for method in METHODS:
-        keep = prune_indices(method, 0.7, loaded, 1297)
+        keep = prune_indices(method, 0.7, loaded, 1297, epochs=12)
         assert len(keep) == 389 and len(keep.unique()) == 389, method
-    pruned = PrunableImageDataModule(prune_ratio=0.7, prune_method="dual", scores=str(tmp_path / "dynamics.npz"))
+    pruned = PrunableImageDataModule(
+        prune_ratio=0.7,
+        prune_method="dual",
+        scores=str(tmp_path / "dynamics.npz"),
+        score_epochs=12,
+    )
     pruned.setup("fit")
     assert len(pruned.train_set) == 389
+    # A 12-epoch record is not DUAL's T = 30 score: refused unless T is set to 12.
+    with pytest.raises(ValueError, match="T = 30 recorded epochs and the record holds 12"):
+        PrunableImageDataModule(prune_ratio=0.7, prune_method="dual", scores=str(tmp_path / "dynamics.npz")).setup(
+            "fit"
+        )
+    # Logits saved where target probabilities belong are refused, not scored from −79 to 251.
+    logits = {
+        **{k: v.numpy() for k, v in record.items()},
+        "target_probs": 40 * record["target_probs"].numpy() - 20,
+    }
+    np.savez(tmp_path / "logits.npz", **logits)
+    with pytest.raises(ValueError, match=r"probabilities in \[0, 1\].*got values from -20"):
+        prune_indices(
+            "dual_beta",
+            0.7,
+            load_record(tmp_path / "logits.npz", 1297),
+            1297,
+            epochs=12,
+        )
     np.save(tmp_path / "short.npy", np.zeros(10))
     with pytest.raises(ValueError, match="covers 10 samples but the training set has 1297"):
         PrunableImageDataModule(prune_ratio=0.5, prune_method="dual", scores=str(tmp_path / "short.npy")).setup("fit")
@@ -143,7 +175,12 @@ def test_image_folder_path_serves_indexed_batches(tmp_path) -> None:
             (tmp_path / split / label).mkdir(parents=True)
             for i in range(3):
                 Image.new("RGB", (40, 30), (40 * i, 100, 200)).save(tmp_path / split / label / f"{i}.png")
-    dm = PrunableImageDataModule(dataset="imagefolder", data_dir=str(tmp_path), keep_indices=[0, 4, 5], batch_size=2)
+    dm = PrunableImageDataModule(
+        dataset="imagefolder",
+        data_dir=str(tmp_path),
+        keep_indices=[0, 4, 5],
+        batch_size=2,
+    )
     dm.setup("fit")
     x, y, index = next(iter(dm.train_dataloader()))
     assert x.shape == (2, 3, 224, 224) and dm.num_classes == 2 and dm.num_train == 6
@@ -194,3 +231,21 @@ def test_reproduction_stand_in_arms_select_k_and_cannot_pass_the_claims() -> Non
             assert claim.value_for(r, "random") <= 0, claim.name
             if "beats_random_and_beta_random" in claim.name:
                 assert claim.value_for(r, "beta_random") <= 0, claim.name
+
+
+def test_scoring_loop_records_each_sample_at_its_index() -> None:
+    """Check that ``score_run`` (the DataModule's "auto" scoring loop) writes each shuffled sample's softmax at its own
+    index: with lr = 0 the weights stay at the seeded init, so every epoch's record is that net's softmax of x[i]."""
+    from zoo.models.dual.module import build_backbone
+    from zoo.models.dual.pruning import score_run
+
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.rand(150, 1, 8, 8, generator=g), torch.randint(0, 10, (150,), generator=g)
+    record = score_run(x, y, epochs=3, lr=0.0, seed=4)
+    torch.manual_seed(4)  # score_run seeds the init with its seed
+    net = build_backbone("mlp", [1, 8, 8], 10)
+    with torch.no_grad():
+        probs = net(x).softmax(-1)
+    for epoch in range(3):
+        torch.testing.assert_close(record["probs"][epoch], probs)
+        torch.testing.assert_close(record["target_probs"][epoch], probs[torch.arange(150), y])

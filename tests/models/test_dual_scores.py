@@ -72,7 +72,10 @@ def test_dual_and_dyn_unc_on_constant_and_fluctuating_samples() -> None:
     # Every 10-epoch window of an alternating ±0.05 series has σ = 0.05·√(10/9) and μ = the centre.
     sigma = 0.05 * math.sqrt(10 / 9)
     torch.testing.assert_close(dyn[2:], torch.full((2,), 10 * sigma, dtype=torch.float64), **TIGHT)
-    torch.testing.assert_close(dual[2:], torch.tensor([10 * sigma * 0.1, 10 * sigma * 0.7], dtype=torch.float64))
+    torch.testing.assert_close(
+        dual[2:],
+        torch.tensor([10 * sigma * 0.1, 10 * sigma * 0.7], dtype=torch.float64),
+    )
     assert dual[3] > dual[2] > 0
 
 
@@ -130,19 +133,30 @@ def test_el2n_and_entropy_on_hand_computed_cases() -> None:
     expected = torch.tensor([0.14, 1.14, 6 / 9], dtype=torch.float64).sqrt()
     torch.testing.assert_close(el2n_score(probs, labels), expected, **TIGHT)
     ent = entropy_score(
-        torch.tensor([[1 / 3, 1 / 3, 1 / 3], [1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.7, 0.2, 0.1]], dtype=torch.float64)
+        torch.tensor(
+            [[1 / 3, 1 / 3, 1 / 3], [1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.7, 0.2, 0.1]],
+            dtype=torch.float64,
+        )
     )
     by_hand = -(0.7 * math.log(0.7) + 0.2 * math.log(0.2) + 0.1 * math.log(0.1))
     torch.testing.assert_close(ent, torch.tensor([math.log(3), 0.0, math.log(2), by_hand], dtype=torch.float64))
     torch.testing.assert_close(
-        entropy_score(torch.full((2, 5), 0.2)), torch.full((2,), math.log(5), dtype=torch.float64)
+        entropy_score(torch.full((2, 5), 0.2)),
+        torch.full((2,), math.log(5), dtype=torch.float64),
     )
 
 
 def test_forgetting_counts_only_correct_to_incorrect_transitions() -> None:
     """Check that forgetting counts correct→incorrect argmax flips only (c,w,c,w → 2; w,c,c,c → 0; c,c,w,w → 1)."""
-    right, wrong = [0.8, 0.1, 0.1], [0.1, 0.8, 0.1]  # label 0: argmax 0 is right, argmax 1 is wrong
-    patterns = [[right, wrong, right, wrong], [wrong, right, right, right], [right, right, wrong, wrong]]
+    right, wrong = (
+        [0.8, 0.1, 0.1],
+        [0.1, 0.8, 0.1],
+    )  # label 0: argmax 0 is right, argmax 1 is wrong
+    patterns = [
+        [right, wrong, right, wrong],
+        [wrong, right, right, right],
+        [right, right, wrong, wrong],
+    ]
     probs = torch.tensor(patterns).transpose(0, 1)  # (E=4, N=3, C=3)
     torch.testing.assert_close(forgetting_score(probs, torch.zeros(3)), torch.tensor([2.0, 0.0, 1.0]).double())
 
@@ -163,7 +177,15 @@ def test_aum_is_the_negated_mean_margin_over_epochs() -> None:
 
 @pytest.mark.parametrize(
     ("n", "ratio", "expected"),
-    [(100, 0.3, 70), (10, 0.7, 3), (10, 0.9, 1), (1000, 0.9, 100), (7, 0.5, 3), (3, 0.9, 1), (1, 0.5, 1)],
+    [
+        (100, 0.3, 70),
+        (10, 0.7, 3),
+        (10, 0.9, 1),
+        (1000, 0.9, 100),
+        (7, 0.5, 3),
+        (3, 0.9, 1),
+        (1, 0.5, 1),
+    ],
 )
 def test_keep_count_is_the_floor_of_the_kept_fraction(n: int, ratio: float, expected: int) -> None:
     """Check that keep_count = ⌊(1 − r)·N⌋ (not fooled by 0.1·1000 = 99.999…), and at least 1."""
@@ -221,7 +243,9 @@ def test_beta_select_count_uniqueness_seed_and_zero_scores() -> None:
         torch.testing.assert_close(idx, beta_select(score, p, ratio, generator=_gen(7)))
 
 
-def test_beta_select_weights_follow_the_ratio_adaptive_beta_formula(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_beta_select_weights_follow_the_ratio_adaptive_beta_formula(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Check that the sampling weights are ∝ BetaPDF(m; 16 − β, β)·score with β = 15(1 − a)(1 − r⁴)."""
     m, p = _spread_dynamics()
     score = dual_score(p)
@@ -280,7 +304,9 @@ def test_beta_select_fills_by_score_rank_when_too_few_weights_are_non_zero() -> 
     assert set(idx.tolist()) == set(score.argsort(descending=True)[:10].tolist())
 
 
-def test_beta_select_clamps_beta_when_the_anchor_is_certain(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_beta_select_clamps_beta_when_the_anchor_is_certain(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Check that an anchor mean a = 1 (β = 0 unclamped, a NaN density) still gives finite weights and k indices."""
     p = torch.rand(30, 100, generator=_gen(13), dtype=torch.float64)
     p[:, :10] = 1.0
@@ -300,31 +326,34 @@ def test_beta_select_clamps_beta_when_the_anchor_is_certain(monkeypatch: pytest.
 
 
 def _integer_strata_score() -> tuple[torch.Tensor, torch.Tensor]:
-    """1600 scores on the integers 0 … 49 (one per stratum, exponentially skewed sizes) plus 400 negative ones."""
+    """1600 scores on the integers 0 … 49 (one per stratum, exponentially skewed sizes) plus 400 of 1000 and above."""
     sizes = [max(1, int(150 * math.exp(-j / 6))) for j in range(50)]
     sizes[0] += 1600 - sum(sizes)
     strata = torch.repeat_interleave(torch.arange(50, dtype=torch.float64), torch.tensor(sizes))
-    cut = -400 + torch.arange(400, dtype=torch.float64)  # the 20 % lowest scores, which CCS drops first
+    cut = 1000 + torch.arange(400, dtype=torch.float64)  # the 20 % hardest (highest), which CCS drops first
     perm = torch.randperm(2000, generator=_gen(11))
     return torch.cat([strata, cut])[perm], torch.tensor(sizes)
 
 
 @pytest.mark.parametrize("ratio", [0.9, 0.5])
 def test_ccs_spreads_the_budget_evenly_capped_by_stratum_size(ratio: float) -> None:
-    """Check that CCS skips the lowest 20 % (the official ``data_mask[mis_num:]`` of the ascending order), keeps k
+    """Check that CCS skips the hardest 20 % (the highest scores here, the lowest margins in the CCS code), keeps k
     distinct indices, and fills strata evenly (±1) unless exhausted."""
     score, sizes = _integer_strata_score()
     idx = ccs_select(score, ratio, generator=_gen(12))
     k = keep_count(2000, ratio)
     assert len(idx) == k and len(set(idx.tolist())) == k
-    assert bool((score[idx] >= 0).all())  # none of the 400 = 20 % lowest scores
+    assert bool((score[idx] < 1000).all())  # none of the 400 = 20 % hardest
     counts = torch.bincount(score[idx].long(), minlength=50)
     assert bool((counts <= sizes).all()) and bool((counts > 0).all())
     open_bins = counts < sizes
     assert open_bins.any()
     assert int(counts[open_bins].max() - counts[open_bins].min()) <= 1, counts.tolist()
     # A stratum is exhausted only when it is no larger than what the open strata get.
-    assert max(sizes[~open_bins].tolist(), default=0) <= int(counts[open_bins].max()), (counts.tolist(), sizes.tolist())
+    assert max(sizes[~open_bins].tolist(), default=0) <= int(counts[open_bins].max()), (
+        counts.tolist(),
+        sizes.tolist(),
+    )
     torch.testing.assert_close(idx, ccs_select(score, ratio, generator=_gen(12)))
     assert set(idx.tolist()) != set(ccs_select(score, ratio, generator=_gen(13)).tolist())
 
@@ -335,7 +364,7 @@ def test_ccs_covers_every_stratum_of_a_skewed_score() -> None:
     idx = ccs_select(score, 0.9, generator=_gen(15))
     assert len(idx) == 200 and len(set(idx.tolist())) == 200
     order = score.argsort()
-    cut, kept = order[:400], order[400:]  # the lowest 20 % are dropped
+    kept, cut = order[:1600], order[1600:]  # the hardest 20 % are dropped
     assert not set(idx.tolist()) & set(cut.tolist())
     low, high = float(score[kept].min()), float(score[kept].max())
 
@@ -344,7 +373,10 @@ def test_ccs_covers_every_stratum_of_a_skewed_score() -> None:
 
     random_subset = kept[torch.randperm(1600, generator=_gen(16))[:200]]
     assert strata(idx) == strata(kept)
-    assert len(strata(idx)) > len(strata(random_subset)), (len(strata(idx)), len(strata(random_subset)))
+    assert len(strata(idx)) > len(strata(random_subset)), (
+        len(strata(idx)),
+        len(strata(random_subset)),
+    )
 
 
 def test_ccs_strata_do_not_depend_on_a_score_offset() -> None:
@@ -353,3 +385,74 @@ def test_ccs_strata_do_not_depend_on_a_score_offset() -> None:
     base = ccs_select(score, 0.9, generator=_gen(17))
     for offset in (-1000.0, 1e5):
         torch.testing.assert_close(ccs_select(score + offset, 0.9, generator=_gen(17)), base)
+
+
+def test_ccs_cuts_the_hardest_end_of_a_separate_cut_score() -> None:
+    """Check, by hand, that with ``cut_by`` the hard cut follows that score (CCS cuts by AUM's lowest margins) while
+    the strata follow ``score``, and that cutting nothing keeps one sample per stratum of an evenly spread score."""
+    n = 100
+    score = torch.arange(n, dtype=torch.float64)  # one sample per unit: 2 per stratum of 50
+    cut_by = torch.zeros(n, dtype=torch.float64)
+    cut_by[::10] = 1.0  # the 10 samples 0, 10, …, 90 are the hardest by the cut score
+    idx = ccs_select(score, 0.5, hard_cut=0.1, cut_by=cut_by, generator=_gen(18))
+    assert len(idx) == 50 and not set(idx.tolist()) & set(range(0, n, 10))
+    whole = ccs_select(score, 0.5, hard_cut=0.0, generator=_gen(18))
+    # 50 strata of width 99.0099…/50 ≈ 1.98 over 0 … 99 hold 2 samples each: an even budget keeps one of each.
+    assert torch.bincount((score[whole] / (99.0099 / 50)).long(), minlength=50).tolist() == [1] * 50
+    with pytest.raises(ValueError, match="hard_cut"):
+        ccs_select(score, 0.5, hard_cut=1.0)
+    with pytest.raises(ValueError, match="cut_by"):
+        ccs_select(score, 0.5, cut_by=cut_by[:50])
+
+
+def test_ccs_over_aum_drops_the_mislabelled_samples_a_low_cut_would_keep() -> None:
+    """Check the direction on a labelled case: samples whose given label never wins (margin < 0, as mislabelled
+    ones) are the hardest by AUM, and CCS's hard cut removes them; cutting the other end would keep all of them."""
+    n = 200
+    labels = torch.zeros(n, dtype=torch.long)
+    probs = torch.tensor([0.8, 0.1, 0.1], dtype=torch.float64).repeat(5, n, 1)  # (E, N, C): label 0 wins
+    probs[:, :20] = torch.tensor([0.1, 0.8, 0.1], dtype=torch.float64)  # 20 "mislabelled": class 1 wins
+    probs[:, 20:, 0] -= torch.linspace(0, 0.3, n - 20, dtype=torch.float64)  # spread the clean margins
+    probs[:, 20:, 2] += torch.linspace(0, 0.3, n - 20, dtype=torch.float64)
+    aum = aum_score(probs, labels)
+    assert bool((aum[:20] > aum[20:].max()).all())  # negated margin 0.7 > any clean one (≤ −0.1)
+    kept = ccs_select(aum, 0.5, hard_cut=0.1, cut_by=aum, generator=_gen(19))
+    assert not set(kept.tolist()) & set(range(20)) and len(kept) == 100
+    assert not set(aum.argsort()[: n // 10].tolist()) & set(range(20))  # a cut at the low end spares all 20
+
+
+def test_beta_select_reads_m_from_the_first_T_epochs_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Check on a 40-epoch record that m(n) and the anchor use epochs 0 … 29 only: epochs 30+ set to 1 − p change
+    nothing, and the weights equal the hand formula with m from the first 30 epochs."""
+    m, p30 = _spread_dynamics()
+    p = torch.cat([p30, 1 - p30[:10]])  # 40 epochs; the last 10 would move every m(n) towards 1 − m(n)
+    score = dual_score(p)
+    seen: list[torch.Tensor] = []
+    multinomial = torch.multinomial
+
+    def spy(weight: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        seen.append(weight.clone())
+        return multinomial(weight, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "multinomial", spy)
+    idx = beta_select(score, p, 0.9, generator=_gen(20))
+    torch.testing.assert_close(idx, beta_select(score, p30, 0.9, generator=_gen(20)))
+    a = float(m[:10].mean())
+    b = 15 * (1 - a) * (1 - 0.9**4)
+    expected = torch.from_numpy(beta_dist.pdf(m.numpy(), 16 - b, b)) * score
+    torch.testing.assert_close(seen[0] / seen[0].sum(), expected / expected.sum(), rtol=1e-9, atol=1e-15)
+    with pytest.raises(ValueError, match="needs 30 recorded epochs, the record has 12"):
+        beta_select(score, p[:12], 0.9)
+
+
+def test_scores_refuse_logits_in_place_of_probabilities() -> None:
+    """Check that DUAL, Dyn-Unc and the Beta sampling refuse values outside [0, 1] or NaN, naming the argument."""
+    logits = torch.randn(30, 50, generator=_gen(21), dtype=torch.float64) * 5
+    with pytest.raises(ValueError, match=r"target_probs must hold probabilities in \[0, 1\]"):
+        dual_score(logits)
+    with pytest.raises(ValueError, match="probabilities"):
+        dyn_unc_score(logits)
+    p = torch.rand(30, 50, generator=_gen(22), dtype=torch.float64)
+    p[3, 7] = float("nan")
+    with pytest.raises(ValueError, match="non-finite"):
+        beta_select(torch.rand(50, dtype=torch.float64), p, 0.5)

@@ -27,9 +27,12 @@ class PrunableImageDataModule(ImageDataModule):
         data_dir: folder of the torchvision CIFAR files, or of ``train/`` and ``val/`` class folders.
         keep_indices: training subset: indices into the full training set, or a ``.npy`` file of them.
         prune_ratio: fraction of the training set to prune, in (0, 1) (None: keep all or ``keep_indices``).
-        prune_method: ``"dual_beta"`` (default), ``"dual"``, ``"dyn_unc"``, ``"el2n"``, ``"ccs"`` or ``"random"``.
+        prune_method: ``"dual_beta"`` (default), ``"dual"``, ``"dyn_unc"``, ``"el2n"``, ``"aum"``, ``"ccs"`` (CCS over
+            AUM, as its paper runs it) or ``"random"``.
         scores: ``dynamics.npz`` / score ``.npy`` path, or ``"auto"`` (score here with DUAL's short run).
-        score_epochs: epochs of the ``"auto"`` scoring run (T; its cosine is built for 200).
+        score_epochs: T, the recorded epochs DUAL scores: the length of the ``"auto"`` scoring run (its cosine is built
+            for 200), and the epochs a ``dynamics.npz`` must hold at least.
+        hard_cut: CCS's hard cut, the fraction of lowest-margin samples dropped before stratifying, in [0, 1).
         c_d: DUAL + β's c_D.
         prune_seed: seed of the scoring run and of the sampling.
         label_noise: fraction of training labels flipped uniformly to another class, in [0, 1).
@@ -60,6 +63,7 @@ class PrunableImageDataModule(ImageDataModule):
         scores: str | None = None,
         score_epochs: int = 30,
         c_d: float = 4.0,
+        hard_cut: float = 0.2,
         prune_seed: int = 0,
         label_noise: float = 0.0,
         noise_seed: int = 0,
@@ -77,6 +81,10 @@ class PrunableImageDataModule(ImageDataModule):
             num_workers=num_workers,
             seed=seed,
         )
+        if not 0 <= hard_cut < 1:
+            raise ValueError(f"hard_cut must be in [0, 1), got {hard_cut}")
+        if score_epochs < 2:
+            raise ValueError(f"score_epochs must be >= 2 (DUAL's windows need two epochs), got {score_epochs}")
         if not 0 <= label_noise < 1:
             raise ValueError(f"label_noise must be in [0, 1), got {label_noise}")
         if prune_ratio is not None:
@@ -99,7 +107,12 @@ class PrunableImageDataModule(ImageDataModule):
             if not path.is_file():
                 raise FileNotFoundError(f"No index file at {path}: keep_indices is an .npy file of training indices")
             keep = np.load(path, allow_pickle=False)
-        rows = torch.as_tensor(np.asarray(keep), dtype=torch.long).flatten()
+        array = np.asarray(keep)
+        if array.size and not np.issubdtype(array.dtype, np.integer):  # 3.7 would silently become index 3
+            source = self.hparams.keep_indices
+            where = f"the keep_indices file {source}" if isinstance(source, str) else "keep_indices"
+            raise ValueError(f"{where} must hold integer sample indices, got dtype {array.dtype}")
+        rows = torch.as_tensor(array, dtype=torch.long).flatten()
         if len(rows) == 0 or int(rows.min()) < 0 or int(rows.max()) >= n:
             raise ValueError(f"keep_indices must index the {n} training samples (0 … {n - 1})")
         if len(rows.unique()) != len(rows):
@@ -117,7 +130,10 @@ class PrunableImageDataModule(ImageDataModule):
 
     def _train_rows(self, x: Tensor | None, y: Tensor, stage: str | None) -> Tensor | None:
         keep = self._keep(len(y))
-        if self.hparams.prune_ratio is not None and stage in (None, "fit"):  # evaluation never needs the pruned split
+        if self.hparams.prune_ratio is not None and stage in (
+            None,
+            "fit",
+        ):  # evaluation never needs the pruned split
             keep = self._prune(x, y).sort().values
         return keep
 
@@ -131,10 +147,25 @@ class PrunableImageDataModule(ImageDataModule):
                         "scores='auto' runs the small MLP scoring loop of the embedded digits; for "
                         f"{hp.dataset} record the dynamics with conf/dual-score.yaml and pass its dynamics.npz"
                     )
-                record = score_run(x, y, epochs=hp.score_epochs, batch_size=hp.batch_size, seed=hp.prune_seed)
+                record = score_run(
+                    x,
+                    y,
+                    epochs=hp.score_epochs,
+                    batch_size=hp.batch_size,
+                    seed=hp.prune_seed,
+                )
             else:
                 record = load_record(hp.scores, len(y))
-        return prune_indices(hp.prune_method, hp.prune_ratio, record, len(y), c_d=hp.c_d, seed=hp.prune_seed)
+        return prune_indices(
+            hp.prune_method,
+            hp.prune_ratio,
+            record,
+            len(y),
+            c_d=hp.c_d,
+            seed=hp.prune_seed,
+            epochs=hp.score_epochs,
+            hard_cut=hp.hard_cut,
+        )
 
     def describe(self) -> str:
         """One line for model cards."""

@@ -12,8 +12,10 @@ from torch import Tensor, nn
 from zoo.datamodules.checks import check_finite
 from zoo.models.dual.module import build_backbone, cosine_schedule
 from zoo.models.dual.scores import (
+    aum_score,
     beta_select,
     ccs_select,
+    check_probabilities,
     dual_score,
     dyn_unc_score,
     el2n_score,
@@ -23,7 +25,7 @@ from zoo.models.dual.scores import (
 
 __all__ = ["METHODS", "load_record", "prune_indices", "score_run", "sgd_fit"]
 
-METHODS = ("dual_beta", "dual", "dyn_unc", "el2n", "ccs", "random")
+METHODS = ("dual_beta", "dual", "dyn_unc", "el2n", "aum", "ccs", "random")
 
 
 def sgd_fit(
@@ -113,16 +115,25 @@ def load_record(path: str | Path, n: int) -> dict[str, Tensor]:
 
 
 def prune_indices(
-    method: str, ratio: float, record: dict[str, Tensor] | None, n: int, c_d: float = 4.0, seed: int = 0
+    method: str,
+    ratio: float,
+    record: dict[str, Tensor] | None,
+    n: int,
+    c_d: float = 4.0,
+    seed: int = 0,
+    epochs: int = 30,
+    hard_cut: float = 0.2,
 ) -> Tensor:
     """Indices kept when pruning a fraction ``ratio`` of ``n`` samples with ``method`` (one of ``METHODS``).
 
-    ``record`` holds ``target_probs`` (and ``probs``/``labels`` for EL2N) or a ready ``score``; DUAL and DUAL + β use
-    the first 30 epochs, EL2N epoch 10 (or the last recorded one), Dyn-Unc all recorded epochs.
+    ``record`` holds ``target_probs`` (and ``probs``/``labels`` for EL2N, AUM and CCS) or a ready ``score``. DUAL and
+    DUAL + β use the first ``epochs`` (T = 30) recorded epochs and refuse a shorter record (a 12-epoch record is a
+    different score, not DUAL with T = 12: pass ``epochs=12`` to ask for that); EL2N reads epoch 10, Dyn-Unc and AUM
+    all recorded epochs; CCS stratifies over AUM after dropping the ``hard_cut`` lowest margins, as the CCS code does.
 
     Example:
         >>> rec = score_run(torch.rand(200, 1, 8, 8), torch.randint(0, 10, (200,)), epochs=12)
-        >>> prune_indices("dual_beta", 0.5, rec, 200).shape
+        >>> prune_indices("dual_beta", 0.5, rec, 200, epochs=12).shape
         torch.Size([100])
     """
     if method not in METHODS:
@@ -133,22 +144,29 @@ def prune_indices(
     if record is None:
         raise ValueError(f"pruning with {method!r} needs the training dynamics or a score file")
     if "score" in record:
-        if method == "dual_beta":
-            raise ValueError("DUAL + beta needs the target probabilities: give a dynamics.npz, not a score .npy")
-        score = record["score"]
-    else:
-        tp = record["target_probs"]
-        epochs = min(30, len(tp))
-        if method in ("dual", "dual_beta", "ccs"):
-            score = dual_score(tp, epochs=epochs, window=min(10, epochs))
-        elif method == "dyn_unc":
-            score = dyn_unc_score(tp, window=min(10, len(tp)))
-        else:
-            if "probs" not in record:
-                raise ValueError("EL2N needs the full softmax: record with TrainingDynamics(record_probs=True)")
-            score = el2n_score(record["probs"][min(10, len(tp) - 1)], record["labels"])
+        if method in ("dual_beta", "ccs"):
+            raise ValueError(f"{method!r} needs the recorded dynamics: give a dynamics.npz, not a score .npy")
+        return topk_select(record["score"], ratio)
+    tp = record["target_probs"]
+    if method in ("dual", "dual_beta"):
+        if len(tp) < epochs:
+            raise ValueError(
+                f"DUAL scores the first T = {epochs} recorded epochs and the record holds {len(tp)}: record longer, "
+                "or set the scoring epochs to what was recorded"
+            )
+        score = dual_score(tp, epochs=epochs, window=min(10, epochs))
         if method == "dual_beta":
             return beta_select(score, tp, ratio, c_d=c_d, epochs=epochs, generator=g)
-    if method == "ccs":
-        return ccs_select(score, ratio, generator=g)
-    return topk_select(score, ratio)
+        return topk_select(score, ratio)
+    if method == "dyn_unc":
+        return topk_select(dyn_unc_score(tp, window=min(10, len(tp))), ratio)
+    if "probs" not in record:
+        raise ValueError(f"{method!r} needs the full softmax: record with TrainingDynamics(record_probs=True)")
+    probs, labels = record["probs"], record["labels"]
+    check_probabilities(probs, "probs")
+    if method == "el2n":
+        return topk_select(el2n_score(probs[min(10, len(probs) - 1)], labels), ratio)
+    aum = aum_score(probs, labels)
+    if method == "aum":
+        return topk_select(aum, ratio)
+    return ccs_select(aum, ratio, hard_cut=hard_cut, generator=g)

@@ -18,8 +18,10 @@ from torch import Tensor
 
 __all__ = [
     "aum_score",
+    "balanced_random_select",
     "beta_select",
     "ccs_select",
+    "check_probabilities",
     "dual_score",
     "dyn_unc_score",
     "el2n_score",
@@ -32,12 +34,25 @@ __all__ = [
 ]
 
 
+def check_probabilities(values: Tensor, name: str = "target_probs") -> None:
+    """Refuse anything but finite probabilities in [0, 1]: logits passed by mistake would score from −79 to 251."""
+    finite = bool(torch.isfinite(values).all())
+    if values.numel() and not (finite and 0 <= float(values.min()) and float(values.max()) <= 1):
+        shown = values.nan_to_num()
+        raise ValueError(
+            f"{name} must hold probabilities in [0, 1] (the softmax of each sample's label), got values from "
+            f"{float(shown.min()):.3g} to {float(shown.max()):.3g}{'' if finite else ' and non-finite entries'}: "
+            "logits or losses, not probabilities?"
+        )
+
+
 def _check_probs(target_probs: Tensor, epochs: int | None, window: int) -> Tensor:
     if target_probs.ndim != 2:
         raise ValueError(f"target_probs must be (epochs, samples), got shape {tuple(target_probs.shape)}")
     p = target_probs if epochs is None else target_probs[:epochs]
     if epochs is not None and len(target_probs) < epochs:
         raise ValueError(f"the score needs {epochs} recorded epochs, the record has {len(target_probs)}")
+    check_probabilities(p)
     if not 2 <= window <= len(p):
         raise ValueError(f"window must be in [2, {len(p)}] (the recorded epochs used), got {window}")
     return p.double()
@@ -162,6 +177,9 @@ def beta_select(
     k = keep_count(len(score), ratio)
     if target_probs.ndim != 2 or target_probs.shape[1] != len(score):
         raise ValueError(f"target_probs {tuple(target_probs.shape)} must be (epochs, {len(score)})")
+    if len(target_probs) < epochs:
+        raise ValueError(f"m(n) needs {epochs} recorded epochs, the record has {len(target_probs)}")
+    check_probabilities(target_probs[:epochs])
     m = target_probs[:epochs].double().mean(dim=0)
     a = float(m[score.argsort(descending=True, stable=True)[:anchor]].mean())
     b = min(max(15 * (1 - a) * (1 - ratio**c_d), 1e-3), 16 - 1e-3)  # the card's clamp of β
@@ -179,35 +197,67 @@ def beta_select(
     return torch.cat([drawn, rest[~taken[rest]][: k - nonzero]])
 
 
+def balanced_random_select(labels: Tensor, ratio: float, generator: torch.Generator | None = None) -> Tensor:
+    """A uniform random subset with the class proportions of ``labels``: ⌊(1 − r)·N⌋ indices in all.
+
+    Each class c of size N_c gets ⌊(1 − r)·N_c⌋ places, and the places left over go one each to the classes with the
+    largest remainders (largest-remainder apportionment), so no class is short by chance at extreme ratios.
+
+    Example:
+        >>> labels = torch.tensor([0] * 60 + [1] * 30 + [2] * 10)
+        >>> torch.bincount(labels[balanced_random_select(labels, 0.9)]).tolist()
+        [6, 3, 1]
+    """
+    k = keep_count(len(labels), ratio)
+    sizes = torch.bincount(labels.long())
+    share = sizes.double() * k / len(labels)
+    quota = share.floor().long()
+    left = k - int(quota.sum())
+    quota[(share - quota).argsort(descending=True, stable=True)[:left]] += 1
+    order = torch.randperm(len(labels), generator=generator)
+    by_class = order[labels.long()[order].argsort(stable=True)]  # random order within each class
+    starts = torch.cumsum(sizes, 0) - sizes
+    rank = torch.arange(len(labels)) - starts[labels.long()[by_class]]
+    return by_class[rank < quota[labels.long()[by_class]]]
+
+
 def ccs_select(
     score: Tensor,
     ratio: float,
-    strata: int = 50,
     hard_cut: float = 0.2,
+    cut_by: Tensor | None = None,
+    strata: int = 50,
     generator: torch.Generator | None = None,
 ) -> Tensor:
-    """Coverage-centric selection: drop the ``hard_cut`` lowest-scoring samples, then sample evenly over strata.
+    """Coverage-centric selection (CCS, Zheng et al., ICLR 2023): drop the hardest ``hard_cut`` of the samples, then
+    spread the budget evenly over equal-width strata of ``score``.
 
-    The official ``exp_cifar/data_subset.py`` (behaapyy/dual-pruning, HEAD 4ab525d), ``load_cifar10_sub``::
+    Both ``score`` and ``cut_by`` follow this module's convention, higher = harder. The hard cut removes the
+    ⌊``hard_cut``·N⌋ samples with the highest ``cut_by`` (default: ``score`` itself): the hardest end, where the
+    mislabelled samples sit. The CCS code (haizhongzheng/Coverage-centric-coreset-selection, b37f166,
+    ``CoresetSelection.mislabel_mask``) always cuts by the accumulated margin, lowest margins first, whatever score
+    the strata use, and stratifies over AUM in its CIFAR commands (hard cut 0.3 at 90 % pruning): pass
+    ``aum_score`` as both. (The DUAL repo's CCS branch drops the front of the ascending order of the score it is
+    given; that is the hardest end only for a score where low means hard, such as a raw margin, and the easiest end
+    for EL2N, forgetting or DUAL.)
 
-        elif args.sample == 'stratified':
-            mis_num = int(args.mis_ratio * 50000)
-            easy_index = data_mask[mis_num:]
-            selected = stratified_sampling(torch.tensor(score[easy_index]), int(args.subset_rate * 50000))
-            subset_mask = easy_index[selected]
+    The kept scores are cut into ``strata`` equal-width bins; the budget k is spread over the bins from the smallest
+    up (each takes min(its size, what is left / bins left)), and each bin is sampled uniformly.
 
-    where ``data_mask`` is the ascending argsort of the score (``importance_evaluation.py``: ``mask =
-    np.argsort(score)``, saved as ``*_mask.npy``; the top-k branch keeps ``data_mask[-k:]``) and ``--mis-ratio``
-    defaults to 0.2 (``train_subset.py``). So the front of the ascending order, the ``hard_cut`` lowest scores, is
-    dropped and the strata cover the rest; the card's review note reads it the same way. (The README's example
-    command passes the mask file as ``--score-path`` too; here the score itself feeds the strata.)
-
-    The remaining scores are cut into ``strata`` equal-width bins; the budget k is spread over the bins from the
-    smallest up (each takes min(its size, what is left / bins left)), and each bin is sampled uniformly.
+    Example:
+        >>> score = torch.arange(100.0)          # sample i has difficulty i
+        >>> keep = ccs_select(score, 0.5, hard_cut=0.2, generator=torch.Generator().manual_seed(0))
+        >>> len(keep), int(score[keep].max()) < 80  # the 20 hardest are never kept
+        (50, True)
     """
+    if not 0 <= hard_cut < 1:
+        raise ValueError(f"hard_cut must be in [0, 1) (the fraction of hardest samples dropped), got {hard_cut}")
+    cut_by = score if cut_by is None else cut_by
+    if cut_by.shape != score.shape:
+        raise ValueError(f"cut_by {tuple(cut_by.shape)} must have the shape of score {tuple(score.shape)}")
     k = keep_count(len(score), ratio)
-    order = score.argsort(stable=True)
-    kept = order[int(hard_cut * len(score)) :]  # easy_index = data_mask[mis_num:]
+    order = cut_by.argsort(descending=True, stable=True)  # hardest first
+    kept = order[int(hard_cut * len(score)) :]
     if len(kept) < k:
         raise ValueError(f"hard_cut={hard_cut} leaves {len(kept)} samples, fewer than the {k} to keep")
     s = score[kept].double()
