@@ -106,7 +106,8 @@ class DualClassifier(ImageClassifier):
         return (
             "The subset was chosen by the DataModule (see Data above): DUAL scores every training sample from the "
             "first 30 epochs of a 200-epoch scoring run, then keeps (1 − r) of the set by the ratio-adaptive Beta "
-            "sampling (c_D = 4). `zoo reproduce dual` compares DUAL, DUAL + β, Dyn-Unc, EL2N and random subsets at "
-            "r = 0.5 / 0.7 / 0.9 with and without label noise. A small MLP on the embedded digits: a working example, "
+            "sampling (c_D = 4). `zoo reproduce dual` compares DUAL + β with the paper's baselines (EL2N, forgetting, "
+            "AUM, entropy, Dyn-Unc, TDDS, CCS), its ablations and random subsets at r = 0.5-0.9, with and without "
+            "label noise. A small MLP on the embedded digits: a working example, "
             "not the paper's CIFAR or ImageNet ResNets."
         )
