@@ -456,3 +456,25 @@ def test_scores_refuse_logits_in_place_of_probabilities() -> None:
     p[3, 7] = float("nan")
     with pytest.raises(ValueError, match="non-finite"):
         beta_select(torch.rand(50, dtype=torch.float64), p, 0.5)
+
+
+def test_dual_score_and_beta_weights_equal_the_official_code(reference, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Check DUAL (T = 30 and 20) and the Beta sampling's weights at r = 0.5 / 0.9 against the official functions on
+    a 40-epoch record (behaapyy/dual-pruning 4ab525d, ``dual`` and ``beta_sampling``; the official code is float32)."""
+    ref = reference("dual", "official_core")
+    tp = torch.from_numpy(ref["target_probs"]).double()
+    score = dual_score(tp, epochs=30, window=10)
+    torch.testing.assert_close(score, torch.from_numpy(ref["dual_score_T30"]), rtol=0, atol=1e-6)
+    torch.testing.assert_close(dual_score(tp, epochs=20), torch.from_numpy(ref["dual_score_T20"]), rtol=0, atol=1e-6)
+    seen: list[torch.Tensor] = []
+    multinomial = torch.multinomial
+
+    def spy(weight: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        seen.append(weight.clone())
+        return multinomial(weight, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "multinomial", spy)
+    for ratio, key in ((0.5, "beta_p_r05"), (0.9, "beta_p_r09")):
+        kept = beta_select(score, tp, ratio, c_d=4.0, epochs=30, generator=_gen(0))
+        assert len(kept) == len(ref[f"keep_{key[-3:]}_npseed0"])  # the official draw's size: ⌊(1 − r)·64⌋
+        torch.testing.assert_close(seen[-1] / seen[-1].sum(), torch.from_numpy(ref[key]), rtol=0, atol=1e-6)

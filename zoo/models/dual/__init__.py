@@ -4,8 +4,10 @@ from zoo.models.dual.data import PrunableImageDataModule
 from zoo.models.dual.module import DualClassifier, build_backbone
 from zoo.models.dual.scores import (
     aum_score,
+    balanced_random_select,
     beta_select,
     ccs_select,
+    check_probabilities,
     dual_score,
     dyn_unc_score,
     el2n_score,
@@ -22,8 +24,10 @@ __all__ = [
     "PrunableImageDataModule",
     "build_backbone",
     "aum_score",
+    "balanced_random_select",
     "beta_select",
     "ccs_select",
+    "check_probabilities",
     "dual_score",
     "dyn_unc_score",
     "el2n_score",

@@ -111,7 +111,10 @@ class PrunableImageDataModule(ImageDataModule):
         if array.size and not np.issubdtype(array.dtype, np.integer):  # 3.7 would silently become index 3
             source = self.hparams.keep_indices
             where = f"the keep_indices file {source}" if isinstance(source, str) else "keep_indices"
-            raise ValueError(f"{where} must hold integer sample indices, got dtype {array.dtype}")
+            raise ValueError(
+                f"{where} must hold integer sample indices, got dtype {array.dtype}: save them as int64 "
+                "(np.save(path, indices.astype(np.int64)))"
+            )
         rows = torch.as_tensor(array, dtype=torch.long).flatten()
         if len(rows) == 0 or int(rows.min()) < 0 or int(rows.max()) >= n:
             raise ValueError(f"keep_indices must index the {n} training samples (0 … {n - 1})")
@@ -130,10 +133,8 @@ class PrunableImageDataModule(ImageDataModule):
 
     def _train_rows(self, x: Tensor | None, y: Tensor, stage: str | None) -> Tensor | None:
         keep = self._keep(len(y))
-        if self.hparams.prune_ratio is not None and stage in (
-            None,
-            "fit",
-        ):  # evaluation never needs the pruned split
+        # Evaluation never needs the pruned split.
+        if self.hparams.prune_ratio is not None and stage in (None, "fit"):
             keep = self._prune(x, y).sort().values
         return keep
 

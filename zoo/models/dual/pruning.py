@@ -102,6 +102,11 @@ def load_record(path: str | Path, n: int) -> dict[str, Tensor]:
     if file.suffix == ".npz":
         with np.load(file, allow_pickle=False) as data:
             record = {k: torch.from_numpy(data[k]) for k in data.files}
+        if "target_probs" not in record:
+            raise ValueError(
+                f"{file} holds {sorted(record)} but no 'target_probs': give the dynamics.npz that "
+                "callbacks.TrainingDynamics saved"
+            )
         length = record["target_probs"].shape[-1]
     else:
         record = {"score": torch.from_numpy(np.load(file, allow_pickle=False)).double().flatten()}
@@ -165,7 +170,9 @@ def prune_indices(
     probs, labels = record["probs"], record["labels"]
     check_probabilities(probs, "probs")
     if method == "el2n":
-        return topk_select(el2n_score(probs[min(10, len(probs) - 1)], labels), ratio)
+        if len(probs) <= 10:
+            raise ValueError(f"EL2N reads epoch 10 and the record holds {len(probs)} epochs: record at least 11")
+        return topk_select(el2n_score(probs[10], labels), ratio)
     aum = aum_score(probs, labels)
     if method == "aum":
         return topk_select(aum, ratio)

@@ -36,7 +36,7 @@ import torch
 
 from zoo.claims import Check, Claim, TaskCheck
 from zoo.evidence import Headline
-from zoo.models.dual.diagnosis import DIAGNOSIS_CLEAN, DIAGNOSIS_NOISE, DIAGNOSIS_RESCUE, diagnose
+from zoo.models.dual.diagnosis import DIAGNOSIS_CLEAN, DIAGNOSIS_MATCH, DIAGNOSIS_NOISE, DIAGNOSIS_RESCUE, diagnose
 from zoo.models.dual.experiment import (
     ABLATIONS,
     ALTERNATIVES,
@@ -62,7 +62,10 @@ _WHY = {
     "entropy": "entropy of the softmax at epoch 100, top-k (the paper's comparison)",
     "dyn_unc": "Dyn-Unc top-k over the 100-epoch run: DUAL without (1 − μ), from full training (the paper's comparison)",
     "tdds": "TDDS top-k, T = 90, J = 10 of the 100-epoch run (the paper's comparison)",
-    "ccs": "CCS over AUM from the 100-epoch run, hard cut by AUM as the CCS code does (the paper's closest competitor)",
+    "ccs": "CCS over AUM from the 100-epoch run, hard cut by AUM as the CCS code does, one cut per ratio tuned over both "
+    "label settings on held-out seeds 10-13 (the paper's closest competitor)",
+    "ccs_tuned": "CCS over AUM from the 100-epoch run with its hard cut tuned per label setting and ratio (told "
+    "whether the labels are noisy; held-out seeds 10-13)",
     "ccs_30": "CCS over AUM from DUAL's 30 epochs: the closest competitor at DUAL's scoring cost",
     "dual": "DUAL top-k: the Beta sampling off",
     "dual_beta_no_unc": "DUAL + β with σ removed from the score (mean of 10·(1 − μ_k)): the uncertainty term off",
@@ -108,14 +111,14 @@ def _lead_over(cells: Sequence[tuple[str, float]], others: Sequence[str]) -> Cal
 
 CLAIMS = [
     Claim(
-        "dual_beta_within_3.4_of_the_best_baseline_everywhere",
+        "dual_beta_matches_the_best_baseline_everywhere",
         _behind_best(CELLS, BASELINES),
-        at_least=-3.4,
+        at_least=-1.0,
         method="dual_beta",
         **_kinds(),
-        text="DUAL + β, scored from the first 30 epochs, stays within 3.4 points of the best of the paper's eight "
-        "baselines (most from 100 epochs) in every cell, r = 0.5-0.9, clean and 20 % noisy labels; every baseline, "
-        "ablation and alternative falls further behind the best of the others somewhere",
+        asserted=False,
+        text="DUAL + β matches the best of the paper's baselines in every cell: never more than a point behind it, "
+        "r = 0.5-0.9, clean and 20 % noisy labels (the paper: SOTA accuracy)",
     ),
     Claim(
         "dual_beta_ahead_of_every_baseline_clean_high_ratios",
@@ -152,7 +155,8 @@ CLAIMS = [
         _lead_over([("clean", 0.9), ("noisy", 0.9)], ("dual", "random")),
         at_least=1.0,
         method="dual_beta",
-        **_kinds(exclude=("dual", "random")),
+        # DUAL + β without σ is Beta sampling too: it tests the uncertainty term, not this claim.
+        **_kinds(exclude=("dual", "random", "dual_beta_no_unc")),
         asserted=False,
         text="at r = 0.9, clean and noisy, the ratio-adaptive Beta sampling lifts DUAL's collapsed top-k subset "
         "above random selection by at least a point (the paper's claim 2)",
@@ -169,21 +173,23 @@ CLAIMS = [
             "ablations": "TDDS's parts are not DUAL's: a weakened TDDS would answer another question",
         },
         text="on clean labels at r = 0.8, TDDS top-k from the 100-epoch run is ahead of DUAL + β by at least 0.6 "
-        "points: it contradicts Figure 1's ordering at this scale (CIFAR-10 r = 0.8: DUAL 91.4, Dyn-Unc 83.3)",
+        "points: it contradicts Figure 1's ordering at this scale, where the full-training scores fall behind DUAL at "
+        "r = 0.8 (CIFAR-10: DUAL 91.4, Dyn-Unc 83.3; TDDS's curve was not read off the figure)",
     ),
 ]
 # Calibration (``run(seeds=range(10))`` through ``experiment.run_setting``, one thread; each cell depends only on its
 # seed, so seeds 0-2 are the quick run's and 0-7 the full run's). Each claim's value for the method | its nearest
-# stand-ins, per seed 0-9, then the 3-seed and 8-seed means the verdicts read (the claims read the means of the cells):
-# within 3.4 of the best baseline everywhere: dual_beta −1.8 −2.8 −3.0 −2.2 −4.2 −2.2 −3.0 −4.4 −2.2 −4.4 (3-seed
-#   −2.20, 8-seed −2.42) | ccs −5.87 / −5.17, ccs_30 −6.60 / −6.72, beta_random −7.27 / −7.17; bound −3.4;
-# TDDS ahead of DUAL + β at clean r = 0.8: tdds 1.4 0.8 1.8 1.0 2.2 1.6 0.4 0.0 2.0 0.6 (1.33 / 1.15) | random
-#   −2.87 / −3.30, balanced −3.00 / −3.17; bound 0.6 (entropy top-k is ahead too: 1.07 / 1.00);
-# reported: ahead of every baseline, clean r 0.7-0.9: −1.33 / −1.15 (entropy −0.27 / −0.15 and DUAL + β without σ
-#   −1.00 / −0.88 are closer to the best); noisy r 0.7-0.9: −0.07 / +0.78, below 0 on 9 of 10 seeds (CCS +0.20 /
-#   −0.25); beats random and CCS by 1 at clean r 0.7-0.9: 0.33 / 0.50; the Beta sampling lifts DUAL above random at
-#   r = 0.9: 2.27 / 2.28, passed by CCS (1.93 / 1.78), CCS from 30 epochs (1.27 / 1.17) and DUAL + β without σ
-#   (2.67 / 2.12).
+# stand-ins, per seed 0-9, then the 3-seed and 8-seed means the verdicts read (the claims read the means of the cells,
+# so a mean is not the mean of the per-seed values):
+# asserted: TDDS ahead of DUAL + β at clean r = 0.8: tdds 1.4 0.8 1.8 1.0 2.2 1.6 0.4 0.0 2.0 0.6 (1.33 / 1.15) |
+#   random −2.87 / −3.30, balanced −3.00 / −3.17; bound 0.6 (entropy top-k is ahead too: 1.07 / 1.00).
+# reported: matches the best baseline everywhere (≥ −1): dual_beta −1.8 −2.8 −3.0 −2.2 −4.2 −2.2 −3.0 −4.4 −2.2 −4.4
+#   (−2.20 / −2.42); CCS with its cut tuned per label setting is closer (−1.60 / −1.72), CCS with one cut per ratio
+#   −4.67 / −3.97, CCS from 30 epochs −4.80 / −5.02, every other arm below −7. Ahead of every baseline at clean
+#   r 0.7-0.9: −1.33 / −1.15 (DUAL + β without σ −1.00 / −0.88, tuned CCS −0.67 / −1.05); at noisy r 0.7-0.9:
+#   −0.53 / +0.35, below 0 on 8 of 10 seeds (CCS from 30 epochs −1.87 / −0.80). Beats random and CCS by a point at
+#   clean r 0.7-0.9: 0.33 / 0.50. The Beta sampling lifts DUAL above random at r = 0.9: 2.27 / 2.28, passed by CCS
+#   (1.93 / 1.78), tuned CCS (2.00 / 1.23) and CCS from 30 epochs (1.27 / 1.17).
 # Checks: task margin 10.6 17.6 17.0 15.8 6.2 18.2 18.0 15.8 17.2 19.6 (16.4 / 14.85; margin 5); EL2N and AUM top-k
 # below random at noisy r = 0.9 by 65-71 on every seed; DUAL + β keeps 0.8-4.6 % mislabelled at noisy r 0.7-0.9.
 
@@ -224,9 +230,11 @@ HEADLINES = [
     Headline(
         "matches_sota_without_full_training",
         "DUAL, scored from the first 30 of 200 epochs, matches or beats the state of the art at a fraction of its "
-        "pruning time",
-        claims=["dual_beta_within_3.4_of_the_best_baseline_everywhere"],
+        "pruning time (here the scoring costs 30 epochs against the baselines' 100 by construction; the claims test "
+        "the accuracy)",
+        claims=["dual_beta_matches_the_best_baseline_everywhere"],
         paper="CIFAR: pruning time cut to 15 % with SOTA accuracy; ImageNet-1k r = 0.9: 60 % top-1",
+        diagnosis=DIAGNOSIS_MATCH,
     ),
     Headline(
         "ahead_at_high_ratios",

@@ -42,7 +42,7 @@ def check_probabilities(values: Tensor, name: str = "target_probs") -> None:
         raise ValueError(
             f"{name} must hold probabilities in [0, 1] (the softmax of each sample's label), got values from "
             f"{float(shown.min()):.3g} to {float(shown.max()):.3g}{'' if finite else ' and non-finite entries'}: "
-            "logits or losses, not probabilities?"
+            "logits or losses? Take softmax(logits) and gather each sample's label (TrainingDynamics records that)"
         )
 
 
@@ -198,9 +198,9 @@ def beta_select(
 
 
 def balanced_random_select(labels: Tensor, ratio: float, generator: torch.Generator | None = None) -> Tensor:
-    """A uniform random subset with the class proportions of ``labels``: ⌊(1 − r)·N⌋ indices in all.
+    """A uniform random subset with the class proportions of ``labels``: k = ⌊(1 − r)·N⌋ indices in all.
 
-    Each class c of size N_c gets ⌊(1 − r)·N_c⌋ places, and the places left over go one each to the classes with the
+    Each class c of size N_c gets ⌊k·N_c / N⌋ places, and the places left over go one each to the classes with the
     largest remainders (largest-remainder apportionment), so no class is short by chance at extreme ratios.
 
     Example:
