@@ -26,6 +26,20 @@ from zoo.models.dual.scores import (
 TIGHT = {"rtol": 1e-12, "atol": 1e-12}
 
 
+@pytest.fixture
+def sampled_weights(monkeypatch: pytest.MonkeyPatch) -> list[torch.Tensor]:
+    """The weights of every ``torch.multinomial`` call (a spy that then calls the real one): the sampling weights."""
+    seen: list[torch.Tensor] = []
+    multinomial = torch.multinomial
+
+    def spy(weight: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        seen.append(weight.clone())
+        return multinomial(weight, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "multinomial", spy)
+    return seen
+
+
 def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
@@ -243,26 +257,18 @@ def test_beta_select_count_uniqueness_seed_and_zero_scores() -> None:
         torch.testing.assert_close(idx, beta_select(score, p, ratio, generator=_gen(7)))
 
 
-def test_beta_select_weights_follow_the_ratio_adaptive_beta_formula(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_beta_select_weights_follow_the_ratio_adaptive_beta_formula(sampled_weights: list[torch.Tensor]) -> None:
     """Check that the sampling weights are ∝ BetaPDF(m; 16 − β, β)·score with β = 15(1 − a)(1 − r⁴)."""
     m, p = _spread_dynamics()
     score = dual_score(p)
-    seen: list[torch.Tensor] = []
-    multinomial = torch.multinomial
-
-    def spy(weight: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
-        seen.append(weight.clone())
-        return multinomial(weight, *args, **kwargs)
-
-    monkeypatch.setattr(torch, "multinomial", spy)
     a = float(m[:10].mean())  # DUAL = 10σ(1 − m) with equal σ: the 10 top scores are the 10 lowest m
     for ratio in (0.3, 0.9):
         beta_select(score, p, ratio, generator=_gen(8))
         b = 15 * (1 - a) * (1 - ratio**4)
         expected = torch.from_numpy(beta_dist.pdf(m.numpy(), 16 - b, b)) * score
-        torch.testing.assert_close(seen[-1] / seen[-1].sum(), expected / expected.sum(), rtol=1e-9, atol=1e-15)
+        torch.testing.assert_close(
+            sampled_weights[-1] / sampled_weights[-1].sum(), expected / expected.sum(), rtol=1e-9, atol=1e-15
+        )
 
 
 def test_beta_select_moves_to_easy_samples_as_the_ratio_grows() -> None:
@@ -304,25 +310,15 @@ def test_beta_select_fills_by_score_rank_when_too_few_weights_are_non_zero() -> 
     assert set(idx.tolist()) == set(score.argsort(descending=True)[:10].tolist())
 
 
-def test_beta_select_clamps_beta_when_the_anchor_is_certain(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_beta_select_clamps_beta_when_the_anchor_is_certain(sampled_weights: list[torch.Tensor]) -> None:
     """Check that an anchor mean a = 1 (β = 0 unclamped, a NaN density) still gives finite weights and k indices."""
     p = torch.rand(30, 100, generator=_gen(13), dtype=torch.float64)
     p[:, :10] = 1.0
     score = torch.rand(100, generator=_gen(14), dtype=torch.float64)
     score[:10] += 1.0  # the anchor: the 10 samples always at p = 1
-    seen: list[torch.Tensor] = []
-    multinomial = torch.multinomial
-
-    def spy(weight: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
-        seen.append(weight.clone())
-        return multinomial(weight, *args, **kwargs)
-
-    monkeypatch.setattr(torch, "multinomial", spy)
     idx = beta_select(score, p, 0.5, generator=_gen(15))
     assert len(idx) == 50 and len(set(idx.tolist())) == 50
-    assert bool(torch.isfinite(seen[-1]).all()) and bool((seen[-1] >= 0).all())
+    assert bool(torch.isfinite(sampled_weights[-1]).all()) and bool((sampled_weights[-1] >= 0).all())
 
 
 def _integer_strata_score() -> tuple[torch.Tensor, torch.Tensor]:
@@ -421,26 +417,20 @@ def test_ccs_over_aum_drops_the_mislabelled_samples_a_low_cut_would_keep() -> No
     assert not set(aum.argsort()[: n // 10].tolist()) & set(range(20))  # a cut at the low end spares all 20
 
 
-def test_beta_select_reads_m_from_the_first_T_epochs_only(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_beta_select_reads_m_from_the_first_T_epochs_only(sampled_weights: list[torch.Tensor]) -> None:
     """Check on a 40-epoch record that m(n) and the anchor use epochs 0 … 29 only: epochs 30+ set to 1 − p change
     nothing, and the weights equal the hand formula with m from the first 30 epochs."""
     m, p30 = _spread_dynamics()
     p = torch.cat([p30, 1 - p30[:10]])  # 40 epochs; the last 10 would move every m(n) towards 1 − m(n)
     score = dual_score(p)
-    seen: list[torch.Tensor] = []
-    multinomial = torch.multinomial
-
-    def spy(weight: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
-        seen.append(weight.clone())
-        return multinomial(weight, *args, **kwargs)
-
-    monkeypatch.setattr(torch, "multinomial", spy)
     idx = beta_select(score, p, 0.9, generator=_gen(20))
     torch.testing.assert_close(idx, beta_select(score, p30, 0.9, generator=_gen(20)))
     a = float(m[:10].mean())
     b = 15 * (1 - a) * (1 - 0.9**4)
     expected = torch.from_numpy(beta_dist.pdf(m.numpy(), 16 - b, b)) * score
-    torch.testing.assert_close(seen[0] / seen[0].sum(), expected / expected.sum(), rtol=1e-9, atol=1e-15)
+    torch.testing.assert_close(
+        sampled_weights[0] / sampled_weights[0].sum(), expected / expected.sum(), rtol=1e-9, atol=1e-15
+    )
     with pytest.raises(ValueError, match="needs 30 recorded epochs, the record has 12"):
         beta_select(score, p[:12], 0.9)
 
@@ -458,7 +448,7 @@ def test_scores_refuse_logits_in_place_of_probabilities() -> None:
         beta_select(torch.rand(50, dtype=torch.float64), p, 0.5)
 
 
-def test_dual_score_and_beta_weights_equal_the_official_code(reference, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dual_score_and_beta_weights_equal_the_official_code(reference, sampled_weights: list[torch.Tensor]) -> None:
     """Check DUAL (T = 30 and 20) and the Beta sampling's weights at r = 0.5 / 0.9 against the official functions on
     a 40-epoch record (behaapyy/dual-pruning 4ab525d, ``dual`` and ``beta_sampling``; the official code is float32)."""
     ref = reference("dual", "official_core")
@@ -466,15 +456,9 @@ def test_dual_score_and_beta_weights_equal_the_official_code(reference, monkeypa
     score = dual_score(tp, epochs=30, window=10)
     torch.testing.assert_close(score, torch.from_numpy(ref["dual_score_T30"]), rtol=0, atol=1e-6)
     torch.testing.assert_close(dual_score(tp, epochs=20), torch.from_numpy(ref["dual_score_T20"]), rtol=0, atol=1e-6)
-    seen: list[torch.Tensor] = []
-    multinomial = torch.multinomial
-
-    def spy(weight: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
-        seen.append(weight.clone())
-        return multinomial(weight, *args, **kwargs)
-
-    monkeypatch.setattr(torch, "multinomial", spy)
     for ratio, key in ((0.5, "beta_p_r05"), (0.9, "beta_p_r09")):
         kept = beta_select(score, tp, ratio, c_d=4.0, epochs=30, generator=_gen(0))
         assert len(kept) == len(ref[f"keep_{key[-3:]}_npseed0"])  # the official draw's size: ⌊(1 − r)·64⌋
-        torch.testing.assert_close(seen[-1] / seen[-1].sum(), torch.from_numpy(ref[key]), rtol=0, atol=1e-6)
+        torch.testing.assert_close(
+            sampled_weights[-1] / sampled_weights[-1].sum(), torch.from_numpy(ref[key]), rtol=0, atol=1e-6
+        )
