@@ -220,6 +220,13 @@ class ActivationsDataModule(BatchedDataModule):
             return
         hp = self.hparams
         pool, test_pool = self._pools()
+        if hp.source != "synthetic":
+            for file, array in zip(self._files, pool + (test_pool or []), strict=True):
+                if array.ndim != 2 or len(array) == 0:
+                    raise ValueError(
+                        f"{file} holds an array of shape {tuple(array.shape)}: expected float activations of shape "
+                        f"(n, {hp.dim}) with n >= 1"
+                    )
         width = pool[0].shape[1]
         if width != hp.dim:
             raise ValueError(

@@ -198,6 +198,19 @@ def test_datamodule_raises_when_npy_files_are_missing(tmp_path: Path) -> None:
     assert str(tmp_path / "test.npy") in str(info.value)
 
 
+@pytest.mark.parametrize("array", [np.zeros((0, 8), np.float32), np.zeros((0,), np.float32), np.zeros(8, np.float32)])
+def test_datamodule_refuses_empty_or_one_dimensional_npy_files(tmp_path: Path, array: np.ndarray) -> None:
+    """Check that an empty or 1-D train.npy is refused at setup with one line naming the file and the shape expected,
+    not a sampler traceback later."""
+    np.save(tmp_path / "train.npy", array)
+    np.save(tmp_path / "test.npy", np.zeros((10, 8), np.float32))
+    dm = ActivationsDataModule(source="npy", data_dir=str(tmp_path), dim=8)
+    with pytest.raises(
+        ValueError, match=r"train\.npy holds an array of shape .*: expected float activations of shape \(n, 8\)"
+    ):
+        dm.setup("fit")
+
+
 def test_datamodule_raises_when_data_dir_is_missing_for_files() -> None:
     """Check that a file source without data_dir is refused in __init__."""
     with pytest.raises(ValueError, match=r"source='npy'\) needs data_dir"):

@@ -99,6 +99,37 @@ def test_projection_follows_official_order() -> None:
     torch.testing.assert_close(d.Lambda[1], torch.tensor([0.3, 0.0, 0.0]))  # inside the ball: unchanged
 
 
+@pytest.mark.parametrize("m", [0.5, -0.7])
+def test_relaxed_dictionary_is_hull_plus_lambda_times_the_multiplier_by_hand(m: float) -> None:
+    """Check D = (W C + Λ)·e^m on hand values, with e^m above and below 1 (Λ added outside the multiplier, or the
+    multiplier left out, gives other numbers for either sign of m). W rows are already stochastic and ‖Λ_i‖ ≤ δ, so
+    the projection leaves them as set."""
+    C = torch.tensor([[1.0, 0.0], [0.0, 2.0], [3.0, 1.0]])
+    d = RelaxedArchetypalDictionary(num_atoms=2, candidates=C, delta=1.0)
+    with torch.no_grad():
+        d.W.copy_(torch.tensor([[0.5, 0.5, 0.0], [0.0, 0.25, 0.75]]))
+        d.Lambda.copy_(torch.tensor([[0.3, -0.4], [0.0, 0.1]]))
+        d.m.fill_(m)
+    # W C = [[0.5, 1.0], [2.25, 1.25]]; + Λ = [[0.8, 0.6], [2.25, 1.35]]; times e^m.
+    expected = torch.tensor([[0.8, 0.6], [2.25, 1.35]]) * np.exp(m)
+    torch.testing.assert_close(d.eval().get_dictionary(), expected.float(), atol=1e-6, rtol=0)
+
+
+def test_loaded_sae_refuses_nan_activations() -> None:
+    """Check that the module's user entry points refuse a NaN row (it would come back as NaN codes with k atoms
+    "active"), naming the row."""
+    from zoo.models.ra_sae.module import RASAE
+
+    model = RASAE(dim=8, num_atoms=16, top_k=2, dictionary="free").eval()
+    x = torch.randn(5, 8)
+    x[3, 2] = float("nan")
+    with pytest.raises(ValueError, match=r"activations row 3 holds NaN or inf \(1 of 5 rows\)"):
+        model(x)
+    with pytest.raises(ValueError, match="row 3"):
+        model.reconstruct(x)
+    assert model(torch.randn(5, 8)).shape == (5, 16)
+
+
 def test_archetypal_delta_zero_has_no_nan_and_no_trainable_lambda() -> None:
     """Check that δ = 0 (A-SAE) avoids the official 0/0 trap: Λ is a zero buffer and D stays finite."""
     d = RelaxedArchetypalDictionary(num_atoms=4, candidates=torch.randn(4, 3), delta=0.0)

@@ -36,10 +36,13 @@ def test_identifiability_separates_a_recovering_dictionary_from_a_random_one() -
 
 
 def test_plausibility_is_the_mean_best_cosine_per_class() -> None:
-    """Check plausibility by hand: class 0 matches atom 1 exactly, class 1 lies at 60° from its closest atom."""
-    atoms = torch.tensor([[1.0, 0.0, 0.0], [0.0, 2.0, 0.0]])
-    directions = torch.tensor([[0.0, 1.0, 0.0], [0.5, 0.0, 0.75**0.5]])
-    assert plausibility(atoms, directions) == pytest.approx((1.0 + 0.5) / 2)
+    """Check plausibility by hand: the mean over classes of each class's best atom, not over atoms of each atom's best
+    class. Class 0 matches atom 0 exactly (1); class 1 = (e₂ + e₃)/√2 is at cos 1/√2 from atoms 1 and 2. Per class:
+    (1 + 1/√2)/2 ≈ 0.854; per atom (the transposed mistake) it would be (1 + 2/√2)/3 ≈ 0.805."""
+    atoms = torch.tensor([[2.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 3.0]])
+    directions = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 1.0]])
+    assert plausibility(atoms, directions) == pytest.approx((1.0 + 0.5**0.5) / 2)
+    assert plausibility(atoms, directions) != pytest.approx((1.0 + 2 * 0.5**0.5) / 3)
     with pytest.raises(ValueError, match="share d"):
         plausibility(atoms, torch.ones(2, 4))
 

@@ -17,6 +17,20 @@ from zoo.module import ZooModule
 __all__ = ["RASAE"]
 
 
+def _finite(x: Tensor) -> Tensor:
+    """``x`` unchanged, or a ``ValueError`` naming the first row with NaN or inf: a NaN row would come back as NaN
+    codes with k atoms "active". The user-facing entry points check; the training step does not (the DataModule
+    checked its files once, and a check per batch would sync with the device)."""
+    if x.ndim == 2:  # other shapes: the autoencoder names the shape it expects
+        bad = ~torch.isfinite(x).all(dim=1)
+        if bool(bad.any()):
+            raise ValueError(
+                f"activations row {int(bad.nonzero()[0])} holds NaN or inf ({int(bad.sum())} of {len(bad)} rows): "
+                "impute or drop them first"
+            )
+    return x
+
+
 class RASAE(ZooModule):
     """Archetypal sparse autoencoder (Fel et al., ICML 2025) and its TopK baseline, as one LightningModule.
 
@@ -97,11 +111,11 @@ class RASAE(ZooModule):
 
     def forward(self, x: Tensor) -> Tensor:
         """Concept activations (codes) ``(N, num_atoms)`` of activations ``x`` ``(N, dim)``."""
-        return self.sae(x)[1]
+        return self.sae(_finite(x))[1]
 
     def reconstruct(self, x: Tensor) -> Tensor:
         """``x_hat = codes @ D`` ``(N, dim)``."""
-        return self.sae(x)[2]
+        return self.sae(_finite(x))[2]
 
     # --------------------------------------------------------------------------------------------- Lightning
     def setup(self, stage: str) -> None:
