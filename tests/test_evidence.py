@@ -119,7 +119,7 @@ def test_reproduce_command_writes_how_it_ran_and_refuses_a_missing_diagnosis(tmp
     assert {"seconds", "finished", "commit", "torch_threads", "cpu_count", "versions"} <= set(meta)
     monkeypatch.undo()
     with pytest.raises(SystemExit, match="has no diagnosis"):
-        cli.main(["reproduce", "ra-sae", "--diagnose"])
+        cli.main(["reproduce", "tsm", "--diagnose"])
 
 
 # --- argument checks ------------------------------------------------------------------------------------------------

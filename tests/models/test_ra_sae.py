@@ -9,7 +9,8 @@ from scipy.optimize import linprog
 
 from zoo.datamodules.activations import make_sparse_concepts
 from zoo.models.ra_sae import FreeDictionary, RelaxedArchetypalDictionary, SparseAutoencoder, TopKEncoder, sae_loss
-from zoo.models.ra_sae.reproduce import train_arm
+from zoo.models.ra_sae.experiment import frozen_dictionary, r2_score, train_arm
+from zoo.models.ra_sae.sae import equal_norm_candidates
 
 
 def _in_hull(points: np.ndarray, C: np.ndarray, tol: float = 1e-5) -> bool:
@@ -65,8 +66,10 @@ def test_stand_in_arms_keep_w_at_the_identity(data: torch.Tensor) -> None:
     init, D0, first_r2 = train_arm(data, "ra-init", **kwargs)
     eye = torch.eye(16)
     assert torch.equal(init.dictionary.W.detach(), eye) and np.isnan(first_r2)
-    torch.testing.assert_close(init.dictionary.get_dictionary(), init.dictionary.C)
-    torch.testing.assert_close(D0, init.dictionary.C)
+    # W = I and the equal-norm start: D = C · e^m with unit rows, along the k-means centroids
+    C = init.dictionary.C
+    torch.testing.assert_close(init.dictionary.get_dictionary(), C / C.norm(dim=1, keepdim=True))
+    torch.testing.assert_close(D0, init.dictionary.get_dictionary())
     frozen, D0_frozen, _ = train_arm(data, "ra-frozen-w", **kwargs)
     d = frozen.dictionary
     assert torch.equal(d.W.detach(), eye), "the frozen W moved"
@@ -210,3 +213,109 @@ def test_free_dictionary_rejects_wrong_initial_atoms() -> None:
     """Check that starting atoms of the wrong shape are refused."""
     with pytest.raises(ValueError, match="shape"):
         FreeDictionary(num_atoms=4, dim=3, init=torch.randn(4, 2))
+
+
+# --- pinned to the official implementation (overcomplete, tests/fixtures/reference/ra-sae/official_core.json) -------
+
+
+def test_relaxed_dictionary_matches_the_official_projection_and_fusion(reference) -> None:
+    """Check D after the training-mode projection against overcomplete's RelaxedArchetypalDictionary on the same W
+    (with negatives), Λ (one row above δ, one inside) and m = 0.3: Λ added after e^m, the projection skipped, or the
+    Λ ball not applied each give other numbers."""
+    ref = reference("ra-sae", "official_core")
+    d = RelaxedArchetypalDictionary(num_atoms=3, candidates=torch.from_numpy(ref["C"]), delta=float(ref["delta"]))
+    with torch.no_grad():
+        d.W.copy_(torch.from_numpy(ref["W"]))
+        d.Lambda.copy_(torch.from_numpy(ref["Lambda"]))
+        d.m.fill_(float(ref["m"]))
+    d.train()
+    torch.testing.assert_close(d.get_dictionary().detach(), torch.from_numpy(ref["D"]), atol=1e-6, rtol=0)
+
+
+def test_stability_and_r2_match_the_official_metrics(reference) -> None:
+    """Check stability = 1 − cosine_hungarian_loss / k and the R² against overcomplete's metrics on the same data."""
+    from zoo.metrics.dictionary_stability import dictionary_stability
+
+    ref = reference("ra-sae", "official_core")
+    A, B = torch.from_numpy(ref["A"]), torch.from_numpy(ref["B"])
+    assert float(dictionary_stability(A, B)) == pytest.approx(1 - float(ref["hungarian_loss"]) / len(A), abs=1e-6)
+    x, x_hat = torch.from_numpy(ref["x"]), torch.from_numpy(ref["x_hat"])
+    assert r2_score(x, x_hat) == pytest.approx(float(ref["r2"]), abs=1e-6)
+
+
+def test_one_training_step_matches_the_official_ra_sae(reference) -> None:
+    """Check one step of the reproduction's loop (forward, MSE, backward, clip 1.0, Adam) from the official start
+    (``candidate_scale="raw"``: C as given, m = 0) against overcomplete's RATopKSAE with the same encoder weights:
+    the loss before the step and the projected dictionary after it."""
+    ref = reference("ra-sae", "official_core")
+    sae = SparseAutoencoder(4, 8, 2, "ra", delta=1.0, num_candidates=8, init="official", candidate_scale="raw")
+    sae.set_candidates(torch.from_numpy(ref["step_C"]))
+    with torch.no_grad():
+        sae.encoder.linear.weight.copy_(torch.from_numpy(ref["step_enc_w"]))
+        sae.encoder.linear.bias.copy_(torch.from_numpy(ref["step_enc_b"]))
+    batch = torch.from_numpy(ref["step_batch"])
+    opt = torch.optim.Adam(sae.parameters(), lr=1e-3)
+    pre, codes, x_hat = sae(batch)
+    loss = sae_loss(batch, x_hat, pre, codes, None)
+    assert float(loss.detach()) == pytest.approx(float(ref["step_loss"]), rel=1e-6)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(sae.parameters(), 1.0)
+    opt.step()
+    sae.train()
+    after = sae.dictionary.get_dictionary().detach()
+    torch.testing.assert_close(after, torch.from_numpy(ref["step_D_after"]), atol=1e-6, rtol=0)
+
+
+# --- the equal-norm start, the frozen dictionaries, the ReLU encoder (hand-derived) --------------------------------
+
+
+def test_equal_norm_start_by_hand() -> None:
+    """Check the equal-norm start on hand values: norms 5, 1, 2 -> median 2, so C rows rescaled to norm 2 along the
+    same directions and m = −log 2, hence the atoms start at unit norm; the official ``"raw"`` start keeps C, m = 0."""
+    C = torch.tensor([[3.0, 4.0], [0.0, 1.0], [2.0, 0.0]])
+    C_eq, m0 = equal_norm_candidates(C)
+    torch.testing.assert_close(C_eq, torch.tensor([[1.2, 1.6], [0.0, 2.0], [2.0, 0.0]]))
+    assert m0 == pytest.approx(-np.log(2.0))
+    sae = SparseAutoencoder(2, 3, 1, "ra", num_candidates=3)
+    sae.set_candidates(C)
+    torch.testing.assert_close(
+        sae.dictionary.eval().get_dictionary(), torch.tensor([[0.6, 0.8], [0.0, 1.0], [1.0, 0.0]])
+    )
+    raw = SparseAutoencoder(2, 3, 1, "ra", num_candidates=3, candidate_scale="raw")
+    raw.set_candidates(C)
+    assert float(raw.dictionary.m) == 0.0 and torch.equal(raw.dictionary.eval().get_dictionary(), C)
+    with pytest.raises(ValueError, match="candidate_scale"):
+        SparseAutoencoder(2, 3, 1, "ra", candidate_scale="unit")
+    with pytest.raises(ValueError, match="zero row"):
+        equal_norm_candidates(torch.tensor([[1.0, 0.0], [0.0, 0.0]]))
+
+
+def test_frozen_dictionaries_by_hand_and_frozen_in_training(data: torch.Tensor) -> None:
+    """Check the classical dictionaries: PCA is ± the top right singular vectors (here e1 then e2, by hand), NMF
+    atoms are non-negative unit rows, and a frozen arm's atoms do not move while its encoder trains."""
+    x = torch.tensor([[2.0, 0.0, 0.0], [0.0, 1.0, 0.0], [-2.0, 0.0, 0.0], [0.0, -1.0, 0.0]])
+    atoms = frozen_dictionary(x, "pca", 4, seed=0)
+    expected = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [-1.0, 0.0, 0.0], [0.0, -1.0, 0.0]])
+    signs = torch.sign((atoms[:2] * expected[:2]).sum(1, keepdim=True))  # SVD fixes each direction up to its sign
+    torch.testing.assert_close(atoms, expected * signs.repeat(2, 1))
+    nmf = frozen_dictionary(data, "nmf", 6, seed=0)
+    assert (nmf >= 0).all() and torch.allclose(nmf.norm(dim=1), torch.ones(6), atol=1e-5)
+    sae, D0, _ = train_arm(data, "kmeans-frozen", seed=0, steps=50, num_atoms=16, top_k=2)
+    assert torch.equal(sae.dictionary.get_dictionary(), D0)
+    assert not torch.equal(sae.encoder.linear.weight, D0), "the encoder should have trained"
+
+
+def test_relu_encoder_l1_penalty_by_hand() -> None:
+    """Check ReLU + L1 on hand values: pre-codes (1, −2, 3) and (−1, 0.5, 0) give codes (1, 0, 3), (0, 0.5, 0) and
+    penalty λ · mean(4, 0.5) = 0.1 · 2.25."""
+    from zoo.models.ra_sae import ReLUEncoder
+
+    enc = ReLUEncoder(dim=3, num_atoms=3, l1_penalty=0.1)
+    with torch.no_grad():
+        enc.linear.weight.copy_(torch.eye(3))
+        enc.linear.bias.zero_()
+    pre, codes = enc(torch.tensor([[1.0, -2.0, 3.0], [-1.0, 0.5, 0.0]]))
+    torch.testing.assert_close(codes, torch.tensor([[1.0, 0.0, 3.0], [0.0, 0.5, 0.0]]))
+    assert float(enc.sparsity_loss(pre)) == pytest.approx(0.225)
+    with pytest.raises(ValueError, match="l1_penalty"):
+        ReLUEncoder(3, 3, l1_penalty=-1.0)

@@ -1,38 +1,49 @@
-"""RA-SAE's identifiability and plausibility benchmarks against scikit-learn and planted answers."""
+"""RA-SAE's plausibility and identifiability benchmarks (the paper's §5.2-5.3) against hand-derived cases and a
+brute-force loop, and the collage data they read."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
-from sklearn.metrics import roc_auc_score
 
-from zoo.models.ra_sae.benchmarks import best_atom_auroc, identifiability, plausibility, probe_directions
+from zoo.models.ra_sae.benchmarks import digits_collages, identifiability_accuracy, plausibility, standardise
 
 
-def test_best_atom_auroc_matches_sklearn_with_ties() -> None:
-    """Check every (atom, concept) AUROC behind the best-atom maximum against sklearn, on sparse codes full of ties."""
+def _brute_force_accuracy(codes: np.ndarray, presence: np.ndarray) -> np.ndarray:
+    """The paper's Accuracy_j = max over atoms i and thresholds λ (1st-100th percentiles of z_i) of
+    P(1[z_i > λ] = y_j), one (object, atom, threshold) at a time."""
+    out = np.zeros(presence.shape[1])
+    for j in range(presence.shape[1]):
+        for i in range(codes.shape[1]):
+            for q in range(1, 101):
+                lam = np.quantile(codes[:, i], q / 100)
+                out[j] = max(out[j], np.mean((codes[:, i] > lam) == presence[:, j]))
+    return out
+
+
+def test_identifiability_accuracy_by_hand() -> None:
+    """Check the score on a hand case where the best threshold is not the lowest and the best atom differs per object.
+
+    Atom 0 = (0, 1, 2, 3) marks object 0 = (0, 0, 1, 1) exactly once λ sits between 1 and 2 (accuracy 1); atom 1 =
+    (5, 0, 0, 5) marks object 1 = (1, 0, 0, 1) exactly. Taking the best object per atom instead, or only λ = 0,
+    gives 0.75 for object 0."""
+    codes = torch.tensor([[0.0, 5.0], [1.0, 0.0], [2.0, 0.0], [3.0, 5.0]])
+    presence = torch.tensor([[0, 1], [0, 0], [1, 0], [1, 1]]).bool()
+    torch.testing.assert_close(identifiability_accuracy(codes, presence), torch.tensor([1.0, 1.0], dtype=torch.float64))
+    at_zero = ((codes[:, 0] > 0) == presence[:, 0]).double().mean()
+    assert float(at_zero) == 0.75
+
+
+def test_identifiability_accuracy_matches_a_brute_force_loop() -> None:
+    """Check the two-matrix-product form against the loop over objects, atoms and percentiles on sparse codes."""
     g = torch.Generator().manual_seed(0)
-    presence = torch.rand(300, 5, generator=g) < 0.3
-    codes = torch.relu(torch.randn(300, 7, generator=g) + presence.float() @ torch.randn(5, 7, generator=g))
-    codes[codes < 0.5] = 0.0  # many exact zeros: ties
-    got = best_atom_auroc(codes, presence)
-    expected = torch.tensor(
-        [max(roc_auc_score(presence[:, j].numpy(), codes[:, i].numpy()) for i in range(7)) for j in range(5)],
-        dtype=torch.float64,
-    )
-    torch.testing.assert_close(got, expected)
-
-
-def test_identifiability_separates_a_recovering_dictionary_from_a_random_one() -> None:
-    """Check matched cosine and AUROC: 1 for atoms equal to the true concepts firing with them, lower for random."""
-    g = torch.Generator().manual_seed(1)
-    true = torch.nn.functional.normalize(torch.rand(6, 8, generator=g), dim=1)
-    presence = torch.rand(400, 6, generator=g) < 0.25
-    good = identifiability(true, presence.float(), true, presence)
-    rand_atoms = torch.randn(6, 8, generator=g)
-    bad = identifiability(rand_atoms, torch.rand(400, 6, generator=g), true, presence)
-    assert good == {"matched_cosine": pytest.approx(1.0), "auroc": pytest.approx(1.0)}
-    assert bad["matched_cosine"] < 0.8 and abs(bad["auroc"] - 0.5) < 0.15
+    presence = torch.rand(120, 4, generator=g) < 0.4
+    codes = torch.relu(presence.float() @ torch.randn(4, 6, generator=g) + 0.5 * torch.randn(120, 6, generator=g))
+    got = identifiability_accuracy(codes, presence).numpy()
+    np.testing.assert_allclose(got, _brute_force_accuracy(codes.double().numpy(), presence.numpy()), atol=1e-12)
+    with pytest.raises(ValueError, match="share n"):
+        identifiability_accuracy(codes[:10], presence)
 
 
 def test_plausibility_is_the_mean_best_cosine_per_class() -> None:
@@ -47,13 +58,29 @@ def test_plausibility_is_the_mean_best_cosine_per_class() -> None:
         plausibility(atoms, torch.ones(2, 4))
 
 
-def test_probe_directions_find_a_planted_class_direction() -> None:
-    """Check that the logistic-regression probe's class directions are unit rows along the planted class offsets."""
-    g = torch.Generator().manual_seed(2)
-    offsets = torch.nn.functional.normalize(torch.randn(3, 10, generator=g), dim=1) * 3
-    labels = torch.randint(0, 3, (600,), generator=g)
-    x = torch.randn(600, 10, generator=g) + offsets[labels]
-    w = probe_directions(x, labels)
-    assert w.shape == (3, 10) and torch.allclose(w.norm(dim=1), torch.ones(3), atol=1e-5)
-    centred = torch.nn.functional.normalize(offsets - offsets.mean(0), dim=1)
-    assert bool(((w * centred).sum(1) > 0.9).all())
+def test_standardise_by_hand() -> None:
+    """Check element-wise standardisation on hand values: the column (1, 3) has μ = 2 and unbiased σ = √2, so it
+    becomes (−1/√2, 1/√2); the constant column keeps σ = 1 instead of dividing by zero."""
+    x = torch.tensor([[1.0, 5.0], [3.0, 5.0]])
+    z, mu, sigma = standardise(x)
+    torch.testing.assert_close(mu, torch.tensor([2.0, 5.0]))
+    torch.testing.assert_close(sigma, torch.tensor([2.0**0.5, 1.0]))  # unbiased std of (1, 3) is √2
+    torch.testing.assert_close(z, torch.tensor([[-(0.5**0.5), 0.0], [0.5**0.5, 0.0]]))
+
+
+def test_digits_collages_hold_four_distinct_digits_in_their_cells() -> None:
+    """Check that each collage holds 4 distinct classes and that every filled cell is an image of a present class."""
+    from zoo.datamodules.images import ImageDataModule
+
+    images, presence = digits_collages(30, seed=3)
+    assert images.shape == (30, 1, 16, 16) and bool((presence.sum(1) == 4).all())
+    dm = ImageDataModule(dataset="digits", seed=0)
+    dm.setup("fit")
+    library = dm.train_set.x.flatten(1)
+    for n in range(30):
+        for r, c in ((0, 0), (0, 1), (1, 0), (1, 1)):
+            cell = images[n, 0, 8 * r : 8 * r + 8, 8 * c : 8 * c + 8].flatten()
+            match = torch.nonzero((library == cell).all(1)).flatten()
+            assert len(match) and bool(presence[n, dm.train_set.y[match[0]]]), f"collage {n} cell {(r, c)}"
+    with pytest.raises(ValueError, match="objects"):
+        digits_collages(2, objects=5)

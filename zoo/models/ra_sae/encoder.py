@@ -1,5 +1,5 @@
-"""Encoders of the sparse autoencoder: TopK (official ``TopKSAE`` with the ``"linear"`` encoder), and the BatchTopK
-and JumpReLU encoders that SAE users expect beside it."""
+"""Encoders of the sparse autoencoder: TopK (official ``TopKSAE`` with the ``"linear"`` encoder), and the BatchTopK,
+JumpReLU and ReLU + L1 encoders that SAE users expect beside it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-__all__ = ["TopKEncoder", "BatchTopKEncoder", "JumpReLUEncoder", "EncoderKind", "build_encoder"]
+__all__ = ["BatchTopKEncoder", "EncoderKind", "JumpReLUEncoder", "ReLUEncoder", "TopKEncoder", "build_encoder"]
 
 
 class TopKEncoder(nn.Module):
@@ -178,15 +178,56 @@ class JumpReLUEncoder(nn.Module):
         TopKEncoder.tie_to(self, dictionary)  # type: ignore[arg-type]
 
 
-EncoderKind = Literal["topk", "batchtopk", "jumprelu"]
+class ReLUEncoder(nn.Module):
+    """The vanilla SAE encoder (Bricken et al., 2023; overcomplete's ``SAE``): ``codes = ReLU(x W_enc + b)``, made
+    sparse by an L1 penalty ``l1_penalty · mean_rows Σ_atoms codes`` (:meth:`sparsity_loss`) rather than by a cap.
+    With unit-norm atoms (the free dictionary) this is the L1 of Anthropic's update weighted by decoder norms.
+
+    Args:
+        dim / num_atoms: as :class:`TopKEncoder`.
+        l1_penalty: λ of the L1 term.
+
+    Example:
+        >>> enc = ReLUEncoder(dim=8, num_atoms=32)
+        >>> pre, codes = enc(torch.randn(5, 8))
+        >>> bool((codes >= 0).all()), enc.sparsity_loss(pre).ndim
+        (True, 0)
+    """
+
+    def __init__(self, dim: int, num_atoms: int, l1_penalty: float = 1e-2) -> None:
+        super().__init__()
+        if l1_penalty < 0:
+            raise ValueError(f"Expected l1_penalty >= 0, got {l1_penalty}.")
+        self.dim, self.num_atoms, self.l1_penalty = dim, num_atoms, l1_penalty
+        self.linear = nn.Linear(dim, num_atoms)
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        pre = self.linear(x)
+        return pre, torch.relu(pre)
+
+    def sparsity_loss(self, pre: Tensor) -> Tensor:
+        """λ · the mean L1 norm of the codes per row."""
+        return self.l1_penalty * torch.relu(pre).sum(-1).mean()
+
+    @torch.no_grad()
+    def tie_to(self, dictionary: Tensor) -> None:
+        """As :meth:`TopKEncoder.tie_to`."""
+        TopKEncoder.tie_to(self, dictionary)  # type: ignore[arg-type]
 
 
-def build_encoder(kind: str, dim: int, num_atoms: int, top_k: int, l0_penalty: float = 1e-3) -> nn.Module:
-    """The encoder called ``kind`` (``"topk"``, ``"batchtopk"`` or ``"jumprelu"``)."""
+EncoderKind = Literal["topk", "batchtopk", "jumprelu", "relu"]
+
+
+def build_encoder(
+    kind: str, dim: int, num_atoms: int, top_k: int, l0_penalty: float = 1e-3, l1_penalty: float = 1e-2
+) -> nn.Module:
+    """The encoder called ``kind`` (``"topk"``, ``"batchtopk"``, ``"jumprelu"`` or ``"relu"``, ReLU + L1)."""
     if kind == "topk":
         return TopKEncoder(dim, num_atoms, top_k)
     if kind == "batchtopk":
         return BatchTopKEncoder(dim, num_atoms, top_k)
     if kind == "jumprelu":
         return JumpReLUEncoder(dim, num_atoms, top_k, l0_penalty=l0_penalty)
-    raise ValueError(f"Expected encoder to be 'topk', 'batchtopk' or 'jumprelu', got {kind!r}.")
+    if kind == "relu":
+        return ReLUEncoder(dim, num_atoms, l1_penalty=l1_penalty)
+    raise ValueError(f"Expected encoder to be 'topk', 'batchtopk', 'jumprelu' or 'relu', got {kind!r}.")

@@ -11,7 +11,7 @@ from torchmetrics import MeanMetric
 
 from zoo.metrics import DeadAtomFraction, ReconstructionR2
 from zoo.models.ra_sae.encoder import EncoderKind
-from zoo.models.ra_sae.sae import DictionaryKind, SparseAutoencoder, sae_loss
+from zoo.models.ra_sae.sae import CandidateScale, DictionaryKind, SparseAutoencoder, sae_loss
 from zoo.module import ZooModule
 
 __all__ = ["RASAE"]
@@ -53,9 +53,13 @@ class RASAE(ZooModule):
         candidates_seed: k-means seed for C (``None``: the datamodule's ``subset_seed``).
         aux_k_penalty: weight of the TopK auxiliary loss (0 = off; official value when used: 0.1).
         lr: Adam learning rate.
-        encoder: ``"topk"`` (the paper's), ``"batchtopk"`` or ``"jumprelu"`` (the encoders of overcomplete and
-            sae-lens; any of them works with every dictionary).
+        encoder: ``"topk"`` (the paper's), ``"batchtopk"``, ``"jumprelu"`` or ``"relu"`` (ReLU + L1) (the encoders
+            of overcomplete and sae-lens; any of them works with every dictionary).
         l0_penalty: JumpReLU's L0 weight (ignored by the other encoders).
+        l1_penalty: the ReLU encoder's L1 weight (ignored by the other encoders).
+        candidate_scale: ``"equal"`` (default: C rescaled to the median candidate norm, m started at −log of it,
+            so atoms start at unit norm; a deviation from the official start, see
+            :func:`~zoo.models.ra_sae.sae.equal_norm_candidates`) or ``"raw"`` (official: C as given, m = 0).
 
     Example:
         >>> model = RASAE(dim=8, num_atoms=16, top_k=2, num_candidates=16)
@@ -80,11 +84,24 @@ class RASAE(ZooModule):
         lr: float = 1e-3,
         encoder: EncoderKind = "topk",
         l0_penalty: float = 1e-3,
+        l1_penalty: float = 1e-2,
+        candidate_scale: CandidateScale = "equal",
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.sae = SparseAutoencoder(
-            dim, num_atoms, top_k, dictionary, delta, use_multiplier, num_candidates, init, encoder, l0_penalty
+            dim,
+            num_atoms,
+            top_k,
+            dictionary,
+            delta,
+            use_multiplier,
+            num_candidates,
+            init,
+            encoder,
+            l0_penalty,
+            l1_penalty,
+            candidate_scale,
         )
         # Saved with the weights: a loaded or fine-tuned model never recomputes its candidate points.
         self.register_buffer("candidates_ready", torch.tensor(False))
@@ -187,5 +204,9 @@ class RASAE(ZooModule):
             "at about 0.9).\n"
             '- The encoder starts tied to the unit-normalised initial dictionary (`init="tied"`), the card\'s pilot '
             "choice; the official random init killed most atoms on this data.\n"
+            "- The archetypal dictionaries start from k-means centroids rescaled to one common norm, with m at minus "
+            'its log (`candidate_scale="equal"`), so atoms start at unit norm; overcomplete keeps the raw centroids '
+            'with m = 0 (`"raw"`), which on this data left 76 % of the atoms dead at R² 0.45 (raw, k* = 256). The '
+            "directions the constraint allows are the same.\n"
             "- delta is absolute (activation units): rescale it with the median activation norm on other data."
         )
