@@ -175,7 +175,7 @@ def test_reproduce_quick_runs_and_its_claims_hold(function: str, docs_cache: Pat
 # Papers whose reproduction is not yet at the evidence standard (issue "The evidence standard"; one issue per paper).
 # Their pages say "evidence standard: pending". A paper leaves this set when its issue lands; it never re-enters.
 PENDING = {
-    "backtrack-sampling", "c3", "cludi", "e2e-wm", "pan-sr", "prodiff", "ra-sae",
+    "backtrack-sampling", "c3", "cludi", "e2e-wm", "pan-sr", "prodiff",
     "reward-refine", "segment-anyword", "tcp-diffusion", "tsm", "zilot",
 }  # fmt: skip
 PAPERS = sorted({_package_slug(n) for n in NAMES if get_entry(n).reproduce})

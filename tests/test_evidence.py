@@ -30,37 +30,37 @@ def _module() -> types.SimpleNamespace:
 
 @pytest.fixture
 def recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[types.SimpleNamespace, Path]:
-    """The paper 'ra-sae' faked at the standard (a toy module), with a recorded full run under a temporary RECORDS."""
+    """The paper 'tsm' faked at the standard (a toy module), with a recorded full run under a temporary RECORDS."""
     module = _module()
     monkeypatch.setattr(evidence, "RECORDS", tmp_path)
     monkeypatch.setattr(evidence, "reproduction_module", lambda slug: module)
     r = {"m/acc": 0.9, "b/acc": 0.7, "a/acc": 0.6, "h/acc": 0.5}
-    folder = tmp_path / "ra-sae"
-    conclude("ra-sae", r, module.CLAIMS, module.CHECKS, out=folder, console=None, headlines=module.HEADLINES)
-    evidence.write_meta(folder, "ra-sae", command="zoo reproduce ra-sae", quick=False, seconds=12.0)
+    folder = tmp_path / "tsm"
+    conclude("tsm", r, module.CLAIMS, module.CHECKS, out=folder, console=None, headlines=module.HEADLINES)
+    evidence.write_meta(folder, "tsm", command="zoo reproduce tsm", quick=False, seconds=12.0)
     return module, folder
 
 
 def test_recorded_verdict_renders_the_recorded_numbers_with_the_codes_words(recorded) -> None:
     """Check that the verdict comes from the record's numbers (an edited number shows) and says how the run went."""
     module, folder = recorded
-    verdict = evidence.recorded_verdict("ra-sae")
-    assert "From the full run `zoo reproduce ra-sae`" in verdict and "12 s" in verdict
+    verdict = evidence.recorded_verdict("tsm")
+    assert "From the full run `zoo reproduce tsm`" in verdict and "12 s" in verdict
     row = "| The method is accurate. | reproduced | `acc_at_least_0.8` >= 0.8 | m 0.9 | b 0.7 x | a 0.6 x | h 0.5 x |"
     assert row in verdict
-    results = json.loads((folder / "ra-sae.json").read_text())
+    results = json.loads((folder / "tsm.json").read_text())
     results["values/acc_at_least_0.8/m"] = 0.95
-    (folder / "ra-sae.json").write_text(json.dumps(results))
-    assert "| m 0.95 |" in evidence.recorded_verdict("ra-sae")
+    (folder / "tsm.json").write_text(json.dumps(results))
+    assert "| m 0.95 |" in evidence.recorded_verdict("tsm")
 
 
 def test_recorded_verdict_is_none_without_a_record_and_pending_without_headlines(recorded, monkeypatch) -> None:
     """Check the two other states: at the standard with no recorded run (None), and pending (the pending note)."""
     module, folder = recorded
-    (folder / "ra-sae.meta.json").unlink()
-    assert evidence.recorded_verdict("ra-sae") is None
+    (folder / "tsm.meta.json").unlink()
+    assert evidence.recorded_verdict("tsm") is None
     monkeypatch.setattr(evidence, "reproduction_module", lambda slug: types.SimpleNamespace(CLAIMS=[]))
-    assert evidence.recorded_verdict("ra-sae") == evidence.PENDING
+    assert evidence.recorded_verdict("tsm") == evidence.PENDING
 
 
 def test_pending_paper_pages_say_so_and_standard_pages_open_with_the_verdict(recorded, monkeypatch) -> None:
@@ -68,7 +68,7 @@ def test_pending_paper_pages_say_so_and_standard_pages_open_with_the_verdict(rec
     otherwise."""
     import zoo.docs as docs
 
-    paper = next(p for p in docs.papers() if p.slug == "ra-sae")
+    paper = next(p for p in docs.papers() if p.slug == "tsm")
     monkeypatch.setattr(docs, "ROOT", ROOT)
     page = docs._paper_page(paper, None, notebook=False)
     assert page.index("## Verdict at this scale") < page.index("| entry | what it is |")
@@ -83,27 +83,27 @@ def test_card_verdict_is_refreshed_in_place_without_retraining(recorded, tmp_pat
     block when the record changes."""
     from zoo.publish import refresh_verdict, verdict_block
 
-    block = verdict_block("ra-sae")
+    block = verdict_block("tsm")
     assert block.startswith("\n<!-- verdict") and "| The method is accurate. | reproduced |" in block
     card = tmp_path / "entry" / "README.md"
     card.parent.mkdir()
-    card.write_text(f"# ra-sae\n\nsummary\n\nPaper: x.\n{block}\n## Use\n\nrest\n")
+    card.write_text(f"# tsm\n\nsummary\n\nPaper: x.\n{block}\n## Use\n\nrest\n")
     module, folder = recorded
-    results = json.loads((folder / "ra-sae.json").read_text())
+    results = json.loads((folder / "tsm.json").read_text())
     results["values/acc_at_least_0.8/m"] = 0.97
-    (folder / "ra-sae.json").write_text(json.dumps(results))
-    refresh_verdict("ra-sae", dest=card.parent)
+    (folder / "tsm.json").write_text(json.dumps(results))
+    refresh_verdict("tsm", dest=card.parent)
     text = card.read_text()
     assert "| m 0.97 |" in text and "| m 0.9 |" not in text
-    assert text.startswith("# ra-sae\n\nsummary\n\nPaper: x.\n\n<!-- verdict")
+    assert text.startswith("# tsm\n\nsummary\n\nPaper: x.\n\n<!-- verdict")
     assert text.endswith("-->\n\n## Use\n\nrest\n")
     # published after the headlines and before the record: no section yet, so it goes before "## Use"
-    card.write_text("# ra-sae\n\nsummary\n\nPaper: x.\n\n## Use\n\nrest\n")
-    refresh_verdict("ra-sae", dest=card.parent)
+    card.write_text("# tsm\n\nsummary\n\nPaper: x.\n\n## Use\n\nrest\n")
+    refresh_verdict("tsm", dest=card.parent)
     assert card.read_text() == text
     card.write_text("# old card\n")
     with pytest.raises(ValueError, match="no verdict section"):
-        refresh_verdict("ra-sae", dest=card.parent)
+        refresh_verdict("tsm", dest=card.parent)
 
 
 def test_reproduce_command_writes_how_it_ran_and_refuses_a_missing_diagnosis(tmp_path: Path, monkeypatch) -> None:

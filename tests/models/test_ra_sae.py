@@ -319,3 +319,47 @@ def test_relu_encoder_l1_penalty_by_hand() -> None:
     assert float(enc.sparsity_loss(pre)) == pytest.approx(0.225)
     with pytest.raises(ValueError, match="l1_penalty"):
         ReLUEncoder(3, 3, l1_penalty=-1.0)
+
+
+def test_pursuit_codes_and_heuristic_reconstructions_by_hand() -> None:
+    """Check the non-learned codes by hand: over e1, e2, e3, x = (2, 1, 0) is coded exactly as (2, 1, 0) in two
+    picks; x = (2, −1, 0) picks e1 then e3 (correlation 0 beats e2's −1) and keeps its codes non-negative, (2, 0, 0).
+    PCA with 3 components reconstructs data of rank 3 exactly (R² 1)."""
+    from zoo.models.ra_sae.experiment import heuristic_r2, pursuit_codes
+
+    atoms = torch.eye(3)
+    codes = pursuit_codes(torch.tensor([[2.0, 1.0, 0.0], [2.0, -1.0, 0.0]]), atoms, 2)
+    torch.testing.assert_close(codes, torch.tensor([[2.0, 1.0, 0.0], [2.0, 0.0, 0.0]]))
+    g = torch.Generator().manual_seed(0)
+    low_rank = torch.randn(200, 3, generator=g) @ torch.randn(3, 8, generator=g)
+    assert heuristic_r2(low_rank[:100], low_rank[100:], "pca", seed=0) == pytest.approx(1.0, abs=1e-5)
+    with pytest.raises(ValueError, match="heuristic"):
+        heuristic_r2(low_rank, low_rank, "ica", seed=0)
+
+
+def test_mixing_off_identity_and_constraint_violation_by_hand() -> None:
+    """Check the grid's two archetypal numbers on hand values: W with diagonal (0.5, 1) is 0.25 off the identity;
+    a W row summing to 1.2 and a ‖Λ_i‖ of 1.5 at δ = 1 violate the constraints by 0.5 (the larger)."""
+    from zoo.models.ra_sae.experiment import constraint_violation, w_off_identity
+
+    sae = SparseAutoencoder(2, 2, 1, "ra", delta=1.0, num_candidates=2)
+    with torch.no_grad():
+        sae.dictionary.W.copy_(torch.tensor([[0.5, 0.5], [0.0, 1.0]]))
+    assert w_off_identity(sae) == pytest.approx(0.25) and constraint_violation(sae) == 0.0
+    with torch.no_grad():
+        sae.dictionary.W.copy_(torch.tensor([[0.6, 0.6], [0.0, 1.0]]))
+        sae.dictionary.Lambda.copy_(torch.tensor([[1.5, 0.0], [0.0, 0.0]]))
+    assert constraint_violation(sae) == pytest.approx(0.5)
+    assert w_off_identity(SparseAutoencoder(2, 2, 1, "free")) is None
+
+
+def test_classical_dictionaries_uncentred_pca_and_nmf_recovery() -> None:
+    """Check that the PCA atoms come from the data as given (uncentred: for rows (3, ±1) the first direction is
+    e1, where centred PCA would give e2) and that NMF recovers two planted non-negative atoms."""
+    atoms = frozen_dictionary(torch.tensor([[3.0, 1.0], [3.0, -1.0]]), "pca", 2, seed=0)
+    assert abs(float(atoms[0, 0])) == pytest.approx(1.0, abs=1e-6)
+    g = torch.Generator().manual_seed(0)
+    planted = torch.nn.functional.normalize(torch.tensor([[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 2.0]]), dim=1)
+    x = torch.rand(300, 2, generator=g) @ planted
+    found = frozen_dictionary(x, "nmf", 2, seed=0)
+    assert bool(((found @ planted.T).max(0).values > 0.99).all())

@@ -33,9 +33,43 @@ from zoo.reporting import conclude
 
 __all__ = ["DIAGNOSIS_IDENTIFIABILITY", "DIAGNOSIS_PLAUSIBILITY", "DIAGNOSIS_STABILITY", "diagnose"]
 
-DIAGNOSIS_STABILITY = "(filled from the recorded diagnosis)"
-DIAGNOSIS_PLAUSIBILITY = "(filled from the recorded diagnosis)"
-DIAGNOSIS_IDENTIFIABILITY = "(filled from the recorded diagnosis)"
+DIAGNOSIS_STABILITY = (
+    "The stability comes from the k-means start, not from the archetypal constraint, at every training length and in "
+    "the official code. Raw, RA-SAE (0.944) is matched by RA-SAE with W frozen at the identity (0.943: in raw space "
+    "W does not move), by TopK started at the normalised centroids (0.916) and passed by A-SAE and the decoder frozen "
+    "at the centroids (0.979, at 0.96x TopK's R²); centred, RA-SAE (0.685) is within TopK's pair-to-pair spread "
+    "(0.670 ± 0.016) and the frozen centroids (0.781) and frozen PCA directions (0.783) are more stable at 0.88-0.89x "
+    "TopK's R². "
+    "Training length (one pair, 1,500 / 3,000 / 6,000 steps): raw RA-SAE 0.942 / 0.941 / 0.942 against the control "
+    "0.918 / 0.908 / 0.909 and the frozen centroids 0.977; centred RA-SAE 0.680 / 0.675 / 0.708, the control 0.680 / "
+    "0.677 / 0.696, TopK 0.610 / 0.662 / 0.685: TopK closes in as it trains, the ablations stay level. The official "
+    "code on the same task (overcomplete 0.3.0 = a1781af, RATopKSAE and TopKSAE with train_sae, 3 pairs, a scratch "
+    "folder): raw RA-SAE 0.965 against TopK 0.391, but TopK started at the unit k-means centroids 0.956; centred 0.668 "
+    "against 0.523 and the control 0.640. With the zoo's start (equal norms, tied encoder) the official RA-SAE gives "
+    "0.943 at R² 0.654, 8 % dead atoms (the zoo: 0.944, 0.655, 8 %): the code is not the cause. The paper's runs "
+    "share a deterministic k-means start (the critique), which gives the archetypal SAE this stability for free."
+)
+DIAGNOSIS_PLAUSIBILITY = (
+    "RA-SAE's atoms align with the head's class directions better than TopK's (0.771 against 0.715, with 53 % of "
+    "TopK's 160 atoms dead), but no better than where they started: the untrained RA-SAE and the decoder frozen at "
+    "the k-means centroids score 0.794, random training points 0.783. Backbone width 32 / 64 / 128 (5 x width atoms, "
+    "two runs): RA-SAE 0.773 / 0.799 / 0.778, TopK 0.716 / 0.739 / 0.733, frozen centroids 0.798 / 0.800 / 0.779, "
+    "random points 0.784 / 0.791 / 0.782. With 10 classes a data point already lies close to some class direction, "
+    "so the benchmark rewards data-like atoms, which the centroids give without training; the paper's gap (0.50-0.62 "
+    "against 0.17-0.31) is at 1,000 ImageNet classes, 768-2,048 dimensions and 32k atoms, out of reach here. "
+    "overcomplete ships no benchmark code to compare with."
+)
+DIAGNOSIS_IDENTIFIABILITY = (
+    "RA-SAE identifies the objects better than TopK (0.809 against 0.701, 10 objects, 4 per sample), but so does "
+    "RA-SAE with W frozen (0.796), and a frozen NMF dictionary with the same TopK encoder is far ahead (0.985, ahead by "
+    ">= 0.1 on every pair: asserted). The mixtures are non-negative sums of non-negative concept vectors, NMF's own "
+    "model; the paper's table has SemiNMF and ConvexNMF (0.83-0.84), not NMF. Objects 10 / 16 / 20 (chance 0.6 / "
+    "0.75 / 0.8): RA-SAE 0.824 / 0.866 / 0.882, TopK 0.724 / 0.791 / 0.858, NMF 0.985 / 0.961 / 0.898: RA-SAE's lead "
+    "over TopK shrinks as the objects grow and NMF stays ahead. The paper's own construction, four-digit collages "
+    "through the digits CNN (pooled, standardised features): every dictionary sits at single channels' level (RA-SAE "
+    "0.678, TopK 0.671, NMF 0.677, channels 0.684) while a supervised probe per digit reaches 0.816, so the small "
+    "backbone does not carry the objects linearly enough for any dictionary. overcomplete ships no benchmark code."
+)
 
 STEP_ARMS = ("ra", "topk", "topk-kmeans", "kmeans-frozen")
 WIDTH_ARMS = ("ra", "topk", "kmeans-frozen", "points")

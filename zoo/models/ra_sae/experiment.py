@@ -14,8 +14,8 @@ same data; they differ in their dictionary:
 * alternatives, the classical dictionaries a practitioner computes first, frozen, with the same trained TopK
   encoder: NMF components and PCA directions (± each of the top 32); k-means is the frozen-centroids ablation.
 
-``ra-raw`` is RA-SAE with the official start (C as given, m = 0): the row that shows what the equal-norm start
-changed (``zoo.models.ra_sae.sae.equal_norm_candidates``).
+``ra-raw`` is RA-SAE with overcomplete's dictionary start (C as given, m = 0; the encoder still tied): the row that
+shows what the equal-norm start changed (``zoo.models.ra_sae.sae.equal_norm_candidates``).
 """
 
 from __future__ import annotations
@@ -68,9 +68,11 @@ ARMS: dict[str, Arm] = {
     "a": Arm("A-SAE (δ = 0)", dictionary="a"),
     "topk-kmeans": Arm("TopK started at k-means centroids (control)", free_init=True),
     "ra-init": Arm("RA-SAE at initialisation (untrained)", dictionary="ra", train=False),
-    "nmf-frozen": Arm("decoder frozen at NMF components", frozen="nmf"),
+    "nmf-frozen": Arm("decoder frozen at NMF components (of the data's positive part)", frozen="nmf"),
     "pca-frozen": Arm("decoder frozen at ± PCA directions", frozen="pca"),
-    "ra-raw": Arm("RA-SAE, official start (raw C, m = 0)", dictionary="ra", candidate_scale="raw"),
+    "ra-raw": Arm(
+        "RA-SAE, raw centroids and m = 0 (overcomplete's; encoder tied)", dictionary="ra", candidate_scale="raw"
+    ),
 }
 BASELINES = ("topk", "batchtopk", "jumprelu", "relu")
 PREPS = ("raw", "centred")  # the grid's two preprocessings of the same activations
@@ -276,6 +278,27 @@ def _points_dictionary(x: Tensor, num_atoms: int, seed: int) -> Tensor:
     return torch.nn.functional.normalize(x[pick], dim=1)
 
 
+def pursuit_codes(x: Tensor, atoms: Tensor, top_k: int) -> Tensor:
+    """Non-learned sparse codes by greedy pursuit (OMP with non-negative codes): ``top_k`` times, pick the atom most
+    positively correlated with the residual, refit least squares on the atoms picked so far and clip negative codes
+    to 0; batched over rows. Codes ``(n, num_atoms)`` for unit ``atoms`` ``(num_atoms, d)``."""
+    n = len(x)
+    codes = torch.zeros(n, len(atoms), dtype=x.dtype)
+    picked = torch.zeros(n, len(atoms), dtype=torch.bool)
+    residual, chosen = x, []
+    rows = torch.arange(n)
+    for _ in range(top_k):
+        score = (residual @ atoms.T).masked_fill(picked, float("-inf"))
+        best = score.argmax(1)
+        picked[rows, best] = True
+        chosen.append(best)
+        basis = atoms[torch.stack(chosen, 1)]  # (n, t, d)
+        coef = torch.linalg.lstsq(basis.transpose(1, 2), x.unsqueeze(-1)).solution.squeeze(-1).clamp(min=0)
+        codes.zero_().scatter_(1, torch.stack(chosen, 1), coef)
+        residual = x - torch.einsum("nt,ntd->nd", coef, basis)
+    return codes
+
+
 def _top_k_codes(x: Tensor, atoms: Tensor, top_k: int) -> Tensor:
     """Non-learned codes: the ``top_k`` largest ReLU projections of each row on the unit ``atoms``."""
     pre = torch.relu(x @ atoms.T)
@@ -286,7 +309,7 @@ def _top_k_codes(x: Tensor, atoms: Tensor, top_k: int) -> Tensor:
 def heuristic_r2(train: Tensor, test: Tensor, kind: str, seed: int, num_atoms: int = 64, top_k: int = 3) -> float:
     """Test R² of a non-learned reconstruction with the SAEs' budget of ``top_k`` codes per sample: ``"pca"``
     projects onto the top ``top_k`` right singular directions of ``train`` (the best fixed ``top_k``-dimensional
-    linear code), ``"points"`` codes each row by its ``top_k`` largest ReLU projections on ``num_atoms`` random
+    linear code), ``"points"`` codes each row by greedy pursuit (:func:`pursuit_codes`) over ``num_atoms`` random
     training points."""
     if kind == "pca":
         _, _, vh = torch.linalg.svd(train.double(), full_matrices=False)
@@ -294,13 +317,15 @@ def heuristic_r2(train: Tensor, test: Tensor, kind: str, seed: int, num_atoms: i
         return r2_score(test, (test @ basis.T) @ basis)
     if kind == "points":
         atoms = _points_dictionary(train, num_atoms, seed)
-        return r2_score(test, _top_k_codes(test, atoms, top_k) @ atoms)
+        return r2_score(test, pursuit_codes(test, atoms, top_k) @ atoms)
     raise ValueError(f"Expected a heuristic 'pca' or 'points', got {kind!r}.")
 
 
 def plausibility_task(seed: int = 0, width: int = 32) -> dict[str, Any]:
     """The plausibility benchmark's data: the digits backbone's pooled features (train / test), standardised with
-    the train split's statistics, and its head's class directions carried into the standardised space."""
+    the train split's statistics, and its head's class directions carried into the standardised space: the logits
+    are ``(v ⊙ σ)·z + const``, so a channel that never fires (σ = 0) takes no part in a direction (its head weights
+    only add a constant)."""
     from zoo.datamodules.images import ImageDataModule
     from zoo.models.ra_sae.benchmarks import digits_backbone, standardise
 
@@ -308,10 +333,19 @@ def plausibility_task(seed: int = 0, width: int = 32) -> dict[str, Any]:
     dm = ImageDataModule(dataset="digits", seed=0)
     dm.setup("fit")
     with torch.no_grad():
-        train, mu, sigma = standardise(body(dm.train_set.x))
+        features = body(dm.train_set.x)
+        train, mu, sigma = standardise(features)
         test = (body(dm.test_set.x) - mu) / sigma
-        directions = torch.nn.functional.normalize(head.weight * sigma, dim=1)  # logits = (v ⊙ σ)·z + const
-    return {"train": train, "test": test, "directions": directions, "backbone_accuracy": accuracy}
+        head_weight = head.weight * features.std(0)  # the head's map of z: logits = z @ head_weight.T + const
+        logits = head(body(dm.test_set.x))
+    return {
+        "train": train,
+        "test": test,
+        "directions": torch.nn.functional.normalize(head_weight, dim=1),
+        "head_weight": head_weight,
+        "test_logits": logits,
+        "backbone_accuracy": accuracy,
+    }
 
 
 def plausibility_run(task: dict[str, Any], arm: str, seed: int, steps: int, num_atoms: int) -> dict[str, float]:
@@ -326,6 +360,7 @@ def plausibility_run(task: dict[str, Any], arm: str, seed: int, steps: int, num_
     return {
         "plausibility": plausibility(sae.dictionary.get_dictionary(), task["directions"]),
         "r2": out["r2"],
+        "l0": out["l0"],
         "dead_fraction": 1 - float(out["alive"].float().mean()),
     }
 
@@ -353,5 +388,6 @@ def identifiability_run(task: dict[str, Any], arm: str, seed: int, steps: int) -
     else:
         sae, _, _ = train_arm(task["train"], arm, seed=seed, steps=steps, num_atoms=objects, top_k=k)
         out = evaluate(sae, task["test"])
-        return {"accuracy": float(identifiability_accuracy(out["codes"], task["presence"]).mean()), "r2": out["r2"]}
+        accuracy = float(identifiability_accuracy(out["codes"], task["presence"]).mean())
+        return {"accuracy": accuracy, "r2": out["r2"], "l0": out["l0"]}
     return {"accuracy": float(identifiability_accuracy(codes, task["presence"]).mean())}

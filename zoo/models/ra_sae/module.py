@@ -206,7 +206,7 @@ class RASAE(ZooModule):
             "choice; the official random init killed most atoms on this data.\n"
             "- The archetypal dictionaries start from k-means centroids rescaled to one common norm, with m at minus "
             'its log (`candidate_scale="equal"`), so atoms start at unit norm; overcomplete keeps the raw centroids '
-            'with m = 0 (`"raw"`), which on this data left 76 % of the atoms dead at R² 0.45 (raw, k* = 256). The '
+            'with m = 0 (`"raw"`), which on this data left 75 % of the atoms dead at R² 0.45 (raw, k* = 256). The '
             "directions the constraint allows are the same.\n"
             "- delta is absolute (activation units): rescale it with the median activation norm on other data."
         )

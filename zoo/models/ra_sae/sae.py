@@ -23,7 +23,7 @@ def equal_norm_candidates(candidates: Tensor) -> tuple[Tensor, float]:
 
     The zoo's default start for the archetypal dictionaries (``candidate_scale="equal"``). The official code keeps
     C as given with m = 0, so atom i starts at centroid C_i with its own norm (1.8–10.3 on the card's raw data),
-    while the tied encoder has unit rows: high-norm atoms overshoot, stop being picked and die (76 % dead, R² 0.45 at
+    while the tied encoder has unit rows: high-norm atoms overshoot, stop being picked and die (75 % dead, R² 0.45 at
     raw k* = 256). Equal norms with m₀ = −log s start every atom at unit norm, as the free dictionary's are. The
     constraint is unchanged where it matters: conv(C) and conv(C_eq) reach the same cone of directions (a positive
     rescaling of each point is absorbed by W's weights), and e^m rescales D anyway; δ stays in activation units,
