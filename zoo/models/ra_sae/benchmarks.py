@@ -21,8 +21,8 @@ data, a timm / open_clip backbone's activations through ``datamodules.activation
 Example:
     >>> presence = torch.tensor([[1, 0], [1, 1], [0, 1], [0, 0]]).bool()
     >>> codes = torch.tensor([[2.0, 0.0], [1.5, 0.1], [0.0, 0.2], [0.0, 0.0]])
-    >>> identifiability_accuracy(codes, presence).tolist()   # atom 0 finds object 0; object 1 is best read off atom 1
-    [1.0, 0.75]
+    >>> identifiability_accuracy(codes, presence).tolist()   # atom 0 finds object 0, atom 1 object 1 (above 0)
+    [1.0, 1.0]
 """
 
 from __future__ import annotations
