@@ -51,9 +51,19 @@ PALETTE = {
     "background": (0.0, 0.0, 0.0),
 }
 NOISE_STD = 0.05  # Gaussian pixel noise on the whole image, in [-1, 1] units
+TEXTURE_AMPLITUDE = 0.2  # textured scenes: each shape's ±1 pattern, times this, added to its colour
 _OBJECTS = 3  # object slots per scene (absent objects have empty masks)
 _SEED_STRIDE = 1000  # split seeds of CaptionedShapesDataModule: 1000 · seed + k
 _SEED_OFFSETS = {"train": 0, "val": 1, "test": 2}
+
+
+def _textures(size: int) -> Tensor:
+    """The ±1 pattern of each shape ``(3, S, S)``: circles in horizontal stripes, squares in vertical stripes,
+    triangles in a checkerboard (one-pixel period, in image coordinates)."""
+    pos = torch.arange(size)
+    rows = (1.0 - 2.0 * (pos % 2)).view(-1, 1).expand(size, size)
+    cols = rows.T
+    return torch.stack([rows, cols, rows * cols])
 
 
 class ShapeTokenizer:
@@ -210,7 +220,14 @@ def _place(shape: Tensor, count: Tensor, size: int, g: torch.Generator) -> tuple
     return masks, centres
 
 
-def captioned_shapes(n: int, size: int = 16, seed: int = 0, hard_fraction: float = 0.0) -> dict[str, Tensor | list]:
+def captioned_shapes(
+    n: int,
+    size: int = 16,
+    seed: int = 0,
+    hard_fraction: float = 0.0,
+    shared_colour_fraction: float = 0.0,
+    textured: bool = False,
+) -> dict[str, Tensor | list]:
     """Generate ``n`` captioned shape scenes with per-object masks (Segment Anyword card §6, 16 × 16 by default).
 
     Each scene holds 1–3 objects (object slots 0, 1, 2; absent slots have empty masks) of distinct shape in easy
@@ -218,7 +235,10 @@ def captioned_shapes(n: int, size: int = 16, seed: int = 0, hard_fraction: float
     caption names object 0 alone (1/3) or objects 0 and 1 (2/3), joined by ``"left of"`` (half of the pairs whose
     centres differ in x; the left object is then named first) or else ``"and"``. Exactly ``round(hard_fraction · n)``
     scenes (at random positions) are *hard*: 2 or 3 objects, the first two of one shape and different colours, both
-    named; a third object has another shape. Colours are drawn independently otherwise. Objects keep at least one
+    named; a third object has another shape. Exactly ``round(shared_colour_fraction · n)`` other scenes are
+    *shared-colour*: 2 or 3 objects of distinct shapes, all in one colour, so that only the shape word tells the
+    named object from the others (colour matching, per pixel, cannot). Colours are drawn independently otherwise.
+    Objects keep at least one
     background pixel between them (8-neighbourhood); centres are whole pixels. Pixels take the :data:`PALETTE`
     colour of their object or the grey background, plus N(0, 0.05²) noise, clamped to [-1, 1].
 
@@ -227,6 +247,10 @@ def captioned_shapes(n: int, size: int = 16, seed: int = 0, hard_fraction: float
         size: image side S in pixels, ``>= 16``; object radii are ``round(2S/16) .. round(4S/16)``.
         seed: seed of everything drawn (same seed and arguments, same scenes).
         hard_fraction: fraction of hard scenes, in [0, 1].
+        shared_colour_fraction: fraction of shared-colour scenes, in [0, 1 − hard_fraction].
+        textured: each shape carries its own texture (circles in horizontal stripes, squares in vertical stripes,
+            triangles in a checkerboard, ±0.2 around the colour), so the shape word, like a natural noun, tells what
+            every pixel of the object looks like, not only where its outline runs. Off: flat colours (the card's §6).
 
     Returns:
         ``"image"`` (n, 3, S, S) float32 in [-1, 1]; ``"tokens"`` (n, 10) int64 (see :class:`ShapeTokenizer`);
@@ -234,10 +258,11 @@ def captioned_shapes(n: int, size: int = 16, seed: int = 0, hard_fraction: float
         (n, 2, 2) int64, per named phrase the token positions of [its colour word, its shape word] (−1 for a
         missing second phrase); ``"phrase_object"`` (n, 2) int64, the object slot each phrase names (−1 if none);
         ``"phrase_class"`` (n, 2) int64, the phrase's shape id (index into :data:`SHAPES`; −1 if none);
-        ``"hard"`` (n,) bool.
+        ``"hard"`` (n,) bool; ``"shared_colour"`` (n,) bool.
 
     Raises:
-        ValueError: ``n < 0``, ``size < 16`` or ``hard_fraction`` outside [0, 1].
+        ValueError: ``n < 0``, ``size < 16``, ``hard_fraction`` outside [0, 1] or ``shared_colour_fraction``
+            outside [0, 1 − hard_fraction].
 
     Example:
         >>> data = captioned_shapes(4, seed=0, hard_fraction=0.5)
@@ -245,6 +270,9 @@ def captioned_shapes(n: int, size: int = 16, seed: int = 0, hard_fraction: float
         (torch.Size([4, 3, 16, 16]), torch.Size([4, 3, 16, 16]), torch.Size([4, 10]), 2)
         >>> ShapeTokenizer().decode(data["tokens"][0]) == data["caption"][0]
         True
+        >>> shared = captioned_shapes(4, seed=0, shared_colour_fraction=1.0)
+        >>> shared["caption"][1], shared["masks"][1].flatten(1).any(1).tolist()  # three yellow objects, two named
+        ('a yellow circle and a yellow square', [True, True, True])
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"n is a number of scenes; expected an int >= 0, got {n!r}.")
@@ -253,12 +281,18 @@ def captioned_shapes(n: int, size: int = 16, seed: int = 0, hard_fraction: float
                          f"got {size!r}.")  # fmt: skip
     if not 0.0 <= hard_fraction <= 1.0:
         raise ValueError(f"hard_fraction is a fraction of the scenes; expected [0, 1], got {hard_fraction}.")
+    if not 0.0 <= shared_colour_fraction <= 1.0 - hard_fraction + 1e-9:
+        raise ValueError(f"shared_colour_fraction is a fraction of the scenes that are not hard; expected [0, "
+                         f"{1 - hard_fraction:g}] with hard_fraction={hard_fraction}, got {shared_colour_fraction}.")
     g = torch.Generator().manual_seed(seed)
     num_shapes, num_colours = len(SHAPES), len(COLOURS)
+    order = torch.randperm(n, generator=g)
     hard = torch.zeros(n, dtype=torch.bool)
-    hard[torch.randperm(n, generator=g)[: round(hard_fraction * n)]] = True
-    # objects per scene: easy 1-3, hard 2-3
-    count = torch.where(hard, torch.randint(2, 4, (n,), generator=g), torch.randint(1, 4, (n,), generator=g))
+    hard[order[: round(hard_fraction * n)]] = True
+    shared = torch.zeros(n, dtype=torch.bool)
+    shared[order[round(hard_fraction * n) : round(hard_fraction * n) + round(shared_colour_fraction * n)]] = True
+    # objects per scene: easy 1-3, hard and shared-colour 2-3
+    count = torch.where(hard | shared, torch.randint(2, 4, (n,), generator=g), torch.randint(1, 4, (n,), generator=g))
     # shapes: easy, a random order of the three shapes; hard, s0 = s1 and a distractor of another shape
     easy_shape = torch.rand(n, num_shapes, generator=g).argsort(1)
     s0 = torch.randint(0, num_shapes, (n,), generator=g)
@@ -268,6 +302,7 @@ def captioned_shapes(n: int, size: int = 16, seed: int = 0, hard_fraction: float
     colour = torch.randint(0, num_colours, (n, _OBJECTS), generator=g)
     colour[:, 1] = torch.where(hard, (colour[:, 0] + torch.randint(1, num_colours, (n,), generator=g)) % num_colours,
                                colour[:, 1])  # fmt: skip
+    colour = torch.where(shared[:, None], colour[:, :1], colour)  # shared-colour scenes: every object in colour 0
     two_phrases = hard | ((count >= 2) & (torch.rand(n, generator=g) < 2 / 3))
     want_left_of = torch.rand(n, generator=g) < 0.5
     masks, centres = _place(shape, count, size, g)
@@ -276,7 +311,10 @@ def captioned_shapes(n: int, size: int = 16, seed: int = 0, hard_fraction: float
     rgb = torch.tensor([PALETTE[c] for c in COLOURS])  # (4, 3)
     image = torch.tensor(PALETTE["background"]).view(1, 3, 1, 1).expand(n, 3, size, size).clone()
     for j in range(_OBJECTS):
-        image = torch.where(masks[:, j, None], rgb[colour[:, j]].view(n, 3, 1, 1), image)
+        paint = rgb[colour[:, j]].view(n, 3, 1, 1)
+        if textured:
+            paint = paint + TEXTURE_AMPLITUDE * _textures(size)[shape[:, j]][:, None]
+        image = torch.where(masks[:, j, None], paint, image)
     image = (image + NOISE_STD * torch.randn(n, 3, size, size, generator=g)).clamp(-1.0, 1.0)
 
     # captions: "left of" only where the two named centres differ in x; the left object is then named first
@@ -308,6 +346,7 @@ def captioned_shapes(n: int, size: int = 16, seed: int = 0, hard_fraction: float
         "phrase_object": phrase_object,
         "phrase_class": phrase_class,
         "hard": hard,
+        "shared_colour": shared,
     }
 
 
@@ -331,6 +370,9 @@ class CaptionedShapesDataModule(BatchedDataModule):
         n_test: test scenes.
         hard_fraction_test: fraction of hard scenes (two named objects of one shape) in validation and test, [0, 1].
         hard_fraction_train: fraction of hard scenes in training, [0, 1].
+        shared_colour_fraction_test / shared_colour_fraction_train: fraction of shared-colour scenes (every object in
+            one colour: only the shape word names the object), in [0, 1 − the split's hard fraction].
+        textured: each shape drawn in its own texture (see :func:`captioned_shapes`).
         batch_size: scenes per batch.
         seed: the seed the split seeds derive from, ``>= 0``.
         num_workers: DataLoader workers.
@@ -351,7 +393,7 @@ class CaptionedShapesDataModule(BatchedDataModule):
         >>> batch = next(iter(dm.test_dataloader()))
         >>> {key: tuple(value.shape) for key, value in batch.items()}  # doctest: +NORMALIZE_WHITESPACE
         {'image': (8, 3, 16, 16), 'tokens': (8, 10), 'masks': (8, 3, 16, 16), 'phrase_tokens': (8, 2, 2),
-         'phrase_object': (8, 2), 'phrase_class': (8, 2), 'hard': (8,)}
+         'phrase_object': (8, 2), 'phrase_class': (8, 2), 'hard': (8,), 'shared_colour': (8,)}
         >>> len(dm.captions["test"]), int(dm.test_set.data["hard"].sum())  # hard_fraction_test = 0.5
         (16, 8)
     """
@@ -364,6 +406,9 @@ class CaptionedShapesDataModule(BatchedDataModule):
         n_test: int = 200,
         hard_fraction_test: float = 0.5,
         hard_fraction_train: float = 0.2,
+        shared_colour_fraction_test: float = 0.0,
+        shared_colour_fraction_train: float = 0.0,
+        textured: bool = False,
         batch_size: int = 32,
         seed: int = 0,
         num_workers: int = 0,
@@ -380,6 +425,11 @@ class CaptionedShapesDataModule(BatchedDataModule):
         for name, fraction in fractions.items():
             if not 0.0 <= fraction <= 1.0:
                 raise ValueError(f"{name} is a fraction of the scenes; expected [0, 1], got {fraction}.")
+        for split, hard in (("test", hard_fraction_test), ("train", hard_fraction_train)):
+            shared = shared_colour_fraction_test if split == "test" else shared_colour_fraction_train
+            if not 0.0 <= shared <= 1.0 - hard + 1e-9:
+                raise ValueError(f"shared_colour_fraction_{split} must be in [0, 1 - hard_fraction_{split}] = "
+                                 f"[0, {1 - hard:g}], got {shared}.")  # fmt: skip
         self.save_hyperparameters()
         self.tokenizer = ShapeTokenizer()
         self.vocab_size = self.tokenizer.vocab_size
@@ -395,11 +445,13 @@ class CaptionedShapesDataModule(BatchedDataModule):
         if self.train_set is not None:
             return
         hp = self.hparams
-        sizes = {"train": (hp.n_train, hp.hard_fraction_train), "val": (hp.n_val, hp.hard_fraction_test),
-                 "test": (hp.n_test, hp.hard_fraction_test)}  # fmt: skip
+        train = (hp.n_train, hp.hard_fraction_train, hp.shared_colour_fraction_train)
+        test = (hp.hard_fraction_test, hp.shared_colour_fraction_test)
+        sizes = {"train": train, "val": (hp.n_val, *test), "test": (hp.n_test, *test)}
         sets = {}
-        for split, (n, fraction) in sizes.items():
-            data = captioned_shapes(n, size=hp.size, seed=self.split_seed(split), hard_fraction=fraction)
+        for split, (n, fraction, shared) in sizes.items():
+            data = captioned_shapes(n, size=hp.size, seed=self.split_seed(split), hard_fraction=fraction,
+                                    shared_colour_fraction=shared, textured=hp.textured)  # fmt: skip
             self.captions[split] = data.pop("caption")
             sets[split] = DictBatches(data)
         self.train_set, self.val_set, self.test_set = sets["train"], sets["val"], sets["test"]
@@ -409,7 +461,9 @@ class CaptionedShapesDataModule(BatchedDataModule):
         hp = self.hparams
         r_min, r_max = _radii(hp.size)
         seeds = "/".join(str(self.split_seed(s)) for s in ("train", "val", "test"))
-        return (f"captioned shapes (Segment Anyword card §6): {hp.size}×{hp.size} RGB, 1-3 objects of radius "
+        return (f"captioned shapes (Segment Anyword card §6): {hp.size}×{hp.size} RGB, 1-3 "
+                f"{'textured' if hp.textured else 'flat'} objects of radius "
                 f"{r_min}-{r_max} px, captions of <= {MAX_TOKENS} tokens; {hp.n_train}/{hp.n_val}/{hp.n_test} "
                 f"train/val/test scenes, {hp.hard_fraction_train:.0%}/{hp.hard_fraction_test:.0%}/"
-                f"{hp.hard_fraction_test:.0%} hard, seeds {seeds}")  # fmt: skip
+                f"{hp.hard_fraction_test:.0%} hard, {hp.shared_colour_fraction_train:.0%}/"
+                f"{hp.shared_colour_fraction_test:.0%}/{hp.shared_colour_fraction_test:.0%} shared-colour, seeds {seeds}")  # fmt: skip

@@ -212,6 +212,8 @@ def test_captioned_shapes_rejects_bad_arguments() -> None:
         captioned_shapes(4, size=8)
     with pytest.raises(ValueError, match=r"hard_fraction .* got 1.5"):
         captioned_shapes(4, hard_fraction=1.5)
+    with pytest.raises(ValueError, match=r"shared_colour_fraction .* \[0, 0.4\] with hard_fraction=0.6, got 0.5"):
+        captioned_shapes(4, hard_fraction=0.6, shared_colour_fraction=0.5)
     empty = captioned_shapes(0)
     assert empty["tokens"].shape == (0, 10) and empty["caption"] == []
 
@@ -223,7 +225,7 @@ def test_captioned_shapes_datamodule_batches_have_documented_keys_and_shapes() -
     dm.setup()
     batch = next(iter(dm.train_dataloader()))
     shapes = {"image": (8, 3, 16, 16), "tokens": (8, 10), "masks": (8, 3, 16, 16), "phrase_tokens": (8, 2, 2),
-              "phrase_object": (8, 2), "phrase_class": (8, 2), "hard": (8,)}  # fmt: skip
+              "phrase_object": (8, 2), "phrase_class": (8, 2), "hard": (8,), "shared_colour": (8,)}  # fmt: skip
     assert {k: tuple(v.shape) for k, v in batch.items()} == shapes
     tok = dm.tokenizer
     test_tokens = torch.cat([b["tokens"] for b in dm.test_dataloader()])
@@ -255,3 +257,5 @@ def test_captioned_shapes_datamodule_rejects_bad_arguments() -> None:
         CaptionedShapesDataModule(n_test=0)
     with pytest.raises(ValueError, match="hard_fraction_train .* got -0.1"):
         CaptionedShapesDataModule(hard_fraction_train=-0.1)
+    with pytest.raises(ValueError, match=r"shared_colour_fraction_test must be in .* got 0.8"):
+        CaptionedShapesDataModule(hard_fraction_test=0.25, shared_colour_fraction_test=0.8)

@@ -349,3 +349,60 @@ def test_ddim_denoise_records_cross_attention_of_every_step():
         ddim_denoise(unet, states, latents, steps=4)
     assert len(store) == 4 * 4  # 4 steps x 4 attn2 modules
     assert store.maps(torch.tensor([[1, 2]]), size=16).shape == (1, 2, 16, 16)
+
+
+# ---------------------------------------------------------------------------------------------------------- TI start
+_IDS, _POSITIONS = torch.tensor([[0, 5, 9, 12, 49, 1]]), torch.tensor([[2, 3]])  # targets: ids 9 and 12 at 2 and 3
+
+
+def _ti(unet, clip, steps, lr, ids=_IDS, positions=_POSITIONS, x0=None):
+    x0 = torch.rand(1, 3, 16, 16, generator=torch.Generator().manual_seed(0)) * 2 - 1 if x0 is None else x0
+    return textual_inversion(unet, lambda i: clip(i).last_hidden_state, clip.get_input_embeddings(), ids, positions,
+                             x0, DDPMScheduler(), steps=steps, lr=lr, draws=2,
+                             generator=torch.Generator().manual_seed(3))  # fmt: skip
+
+
+def test_textual_inversion_starts_from_the_target_tokens_embeddings():
+    """Check that with no step, or a zero learning rate, the vectors are the table's rows of the target ids,
+    ``weight[[9, 12]]`` (ids 9 and 12 sit at positions 2 and 3), and that substituting them leaves CLIP's states
+    exactly as they were."""
+    unet, clip = _unet(), _clip()
+    embedding = clip.get_input_embeddings()
+    expected = embedding.weight.detach()[[9, 12]][None]
+    for steps, lr in ((0, 5e-3), (2, 0.0)):
+        assert torch.equal(_ti(unet, clip, steps, lr), expected), (steps, lr)
+    with torch.no_grad():
+        before = clip(_IDS).last_hidden_state
+        with substituted_embeddings(embedding, _POSITIONS, expected):
+            after = clip(_IDS).last_hidden_state
+    assert torch.equal(after, before)
+
+
+def test_textual_inversion_first_step_moves_each_target_coordinate_by_lr():
+    """Check one step against Adam's first update, ``lr · g / (|g| + eps) ≈ lr · sign(g)``: every coordinate of both
+    target vectors moves by lr from ``weight[[9, 12]]``; the embedding output changes at positions 2 and 3 only, and
+    the table does not change."""
+    unet, clip = _unet(), _clip()
+    embedding = clip.get_input_embeddings()
+    table = embedding.weight.detach().clone()
+    lr = 1e-2
+    moved = (_ti(unet, clip, steps=1, lr=lr) - table[[9, 12]][None]).abs()
+    assert moved.shape == (1, 2, 32) and torch.allclose(moved, torch.full_like(moved, lr), rtol=1e-3, atol=0)
+    with torch.no_grad():
+        with substituted_embeddings(embedding, _POSITIONS, table[[9, 12]][None] + moved):
+            inside = embedding(_IDS)
+        changed = (inside != embedding(_IDS)).any(-1)
+    assert changed.tolist() == [[False, False, True, True, False, False]]
+    assert torch.equal(embedding.weight, table)
+
+
+@pytest.mark.parametrize("context", [torch.no_grad, torch.inference_mode])
+def test_textual_inversion_runs_under_no_grad_and_inference_mode(context):
+    """Check that textual inversion, which needs autograd, runs under the contexts inference is called in (with inputs
+    made there: inference tensors under inference_mode) and gives the vectors it gives outside them."""
+    unet, clip = _unet(), _clip()
+    outside = _ti(unet, clip, steps=2, lr=1e-2)
+    with context():
+        x0 = torch.rand(1, 3, 16, 16, generator=torch.Generator().manual_seed(0)) * 2 - 1
+        inside = _ti(unet, clip, steps=2, lr=1e-2, ids=_IDS.clone(), positions=_POSITIONS.clone(), x0=x0)
+    assert torch.equal(inside, outside) and not inside.requires_grad

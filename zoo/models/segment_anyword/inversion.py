@@ -141,8 +141,9 @@ def textual_inversion(
     text is encoded once per step with the vectors substituted (:func:`substituted_embeddings`). Every other parameter
     is frozen: the UNet's and the embedding's ``requires_grad`` are switched off for the run and restored afterwards,
     and gradients are taken with ``torch.autograd.grad`` with respect to ``V`` only, so no parameter of the UNet or the
-    text encoder gains a ``.grad`` or changes. Train / eval mode is left as the caller set it. Run it outside
-    ``record_cross_attention`` (the recorder would record these calls).
+    text encoder gains a ``.grad`` or changes. Train / eval mode is left as the caller set it. It may be called under
+    ``torch.no_grad()`` or ``torch.inference_mode()`` (how inference is run): autograd is enabled locally. Run it
+    outside ``record_cross_attention`` (the recorder would record these calls).
 
     Args:
         unet: the frozen denoiser (a diffusers ``UNet2DConditionModel``).
@@ -178,10 +179,32 @@ def textual_inversion(
                          f"{tuple(input_ids.shape)}, {tuple(positions.shape)} and {tuple(x0.shape)}")  # fmt: skip
     if steps < 0 or draws < 1:
         raise ValueError(f"expected steps >= 0 and draws >= 1, got steps={steps}, draws={draws}")
-    positions = positions.long().to(input_ids.device)
+    # Autograd is needed even where the caller runs inference (under torch.no_grad() or torch.inference_mode(), as in
+    # Lightning's test loop): enable it locally. Tensors made in inference mode cannot enter autograd: clone them out.
+    with torch.inference_mode(False), torch.enable_grad():
+        input_ids, x0 = input_ids.clone(), x0.clone()
+        positions = positions.long().to(input_ids.device).clone()
+        return _fit_vectors(unet, encode_text, embedding, input_ids, positions, x0, scheduler, steps, lr, draws,
+                            generator)  # fmt: skip
+
+
+def _fit_vectors(
+    unet: nn.Module,
+    encode_text: Callable[[Tensor], Tensor],
+    embedding: nn.Embedding,
+    input_ids: Tensor,
+    positions: Tensor,
+    x0: Tensor,
+    scheduler: DDPMScheduler | DDIMScheduler,
+    steps: int,
+    lr: float,
+    draws: int,
+    generator: torch.Generator | None,
+) -> Tensor:
+    """:func:`textual_inversion`'s loop (autograd enabled, ``positions`` long on the ids' device)."""
     config = scheduler.config
     num_timesteps, prediction_type = config.num_train_timesteps, config.get("prediction_type", "epsilon")
-    alphas_cumprod = scheduler.alphas_cumprod.to(x0.device)
+    alphas_cumprod = scheduler.alphas_cumprod.to(x0.device).clone()
     with torch.no_grad():
         init = embedding(input_ids.gather(1, positions))  # (B, K, D): the original token embeddings
     vectors = init.detach().clone().float().requires_grad_(True)

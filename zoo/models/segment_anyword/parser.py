@@ -2,6 +2,11 @@
 its modifiers (card §2.1). One interface, two parsers: spaCy's dependency parse where an English model is installed
 (the paper uses Vicuna-7B and compares spaCy in its appendix), and a rule parser for the toy grammar.
 
+Offline, only ``RuleParser`` works: spaCy ships no English model, the zoo's ``[grounding]`` extra installs spaCy but
+none, and no model can be downloaded without internet (``python -m spacy download en_core_web_sm`` needs it). The rule
+parser knows only the nouns and adjectives it is given (a closed vocabulary): on free-form expressions (RefCOCO) it
+finds the phrases whose words it lists and nothing else.
+
 A parse returns word indices (the caption split on whitespace); the pipeline maps words to token positions.
 """
 
@@ -56,12 +61,17 @@ class RuleParser:
 class SpacyParser:
     """spaCy's noun chunks: the chunk's root is the noun, its ``amod`` and ``compound`` children the modifiers.
 
+    It needs an English spaCy model, which nothing here installs: spaCy ships none, the ``[grounding]`` extra installs
+    spaCy only, and ``python -m spacy download en_core_web_sm`` (or ``pip install`` of the model's wheel) needs
+    internet access. Offline, the only working parser is :class:`RuleParser`, which knows a closed vocabulary.
+
     Args:
         model: the name of an installed spaCy pipeline with a parser (``python -m spacy download en_core_web_sm``),
             or a loaded one (any callable from text to a parsed ``spacy.tokens.Doc``).
 
     Raises:
-        ImportError / OSError: spaCy or the model is not installed (the message says what to run).
+        ImportError / OSError: spaCy or the model is not installed (the message says what to run, and that offline
+            only ``RuleParser`` works).
     """
 
     def __init__(self, model: str | Callable[[str], Any] = "en_core_web_sm") -> None:
@@ -76,7 +86,10 @@ class SpacyParser:
         try:
             self.nlp = spacy.load(model)
         except OSError as err:
-            raise OSError(f"spaCy model {model!r} is not installed: run `python -m spacy download {model}`") from err
+            raise OSError(f"spaCy model {model!r} is not installed: run `python -m spacy download {model}` (needs "
+                          "internet; the [grounding] extra installs spaCy but no model). Offline, use "
+                          "RuleParser(nouns, adjectives), the only parser that works without a download (a closed "
+                          "vocabulary).") from err  # fmt: skip
 
     def __call__(self, caption: str) -> list[Phrase]:
         doc = self.nlp(caption)
@@ -100,7 +113,16 @@ class SpacyParser:
 
 
 def get_parser(name: str = "rule", nouns: Sequence[str] = (), adjectives: Sequence[str] = ()) -> Parser:
-    """``"rule"`` (the toy grammar, given its nouns and adjectives) or a spaCy model name (``"en_core_web_sm"``)."""
+    """``"rule"`` (the toy grammar, given its nouns and adjectives) or a spaCy model name (``"en_core_web_sm"``).
+
+    Offline only ``"rule"`` works: a spaCy model has to be downloaded first (``python -m spacy download
+    en_core_web_sm``, with internet; the ``[grounding]`` extra installs none), and ``RuleParser`` finds only the nouns
+    and adjectives it is given.
+
+    Raises:
+        ValueError: ``"rule"`` without nouns.
+        OSError: the spaCy model is not installed.
+    """
     if name == "rule":
         if not nouns:
             raise ValueError("the rule parser needs the grammar's nouns (and adjectives)")

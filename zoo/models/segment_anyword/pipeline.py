@@ -6,7 +6,8 @@ parts it leaves open are the card's proposals, marked):
 1. parse the expression into noun phrases (head noun + modifiers);
 2. test-time textual inversion of the target tokens' embeddings (nouns and modifiers) with the LDM loss on this image;
 3. DDIM inversion of the image and a Direct-Inversion re-denoising pass, recording the cross-attention of the target
-   tokens at every step and layer (BOS column excluded, renormalised, upsampled, averaged, min-max normalised);
+   tokens at every step and layer (BOS column excluded, or BOS, EOS and padding with ``exclude_tokens="special"``;
+   renormalised, upsampled, averaged over the layers of ``resolutions``, min-max normalised);
 4. mask prompts: threshold 0.7, the largest connected component, positive points sampled in it (farthest-point,
    ``points`` of them: the count is not given, [proposal] 3);
 5. R1, positive adjective prompt clustering: the noun's map times its modifiers' mean map before thresholding
@@ -19,9 +20,10 @@ parts it leaves open are the card's proposals, marked):
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -35,49 +37,11 @@ from zoo.models.segment_anyword.inversion import (
     textual_inversion,
 )
 from zoo.models.segment_anyword.parser import Parser, Phrase
+from zoo.models.segment_anyword.points import largest_component, sample_points
+from zoo.models.segment_anyword.real import diffusers_parts, encode_image, special_token_ids, tokenizer_word_positions
 from zoo.models.segment_anyword.refine import PointRefiner
 
 __all__ = ["SegmentAnywordPipeline", "largest_component", "sample_points", "tokenizer_word_positions"]
-
-
-def largest_component(binary: Tensor) -> Tensor:
-    """The largest 4-connected component of a boolean map ``(H, W)`` (empty stays empty)."""
-    from scipy import ndimage
-
-    labels, count = ndimage.label(binary.cpu().numpy())
-    if count == 0:
-        return torch.zeros_like(binary, dtype=torch.bool)
-    sizes = np.bincount(labels.ravel())[1:]
-    return torch.from_numpy(labels == 1 + int(np.argmax(sizes))).to(binary.device)
-
-
-def sample_points(region: Tensor, k: int, generator: torch.Generator | None = None) -> Tensor:
-    """``k`` points ``(k', 2)`` (row, col) spread over a region by farthest-point sampling from a random start."""
-    cells = region.nonzero().float()
-    if len(cells) == 0:
-        return torch.zeros(0, 2, dtype=torch.long)
-    chosen = [int(torch.randint(len(cells), (1,), generator=generator))]
-    dist = (cells - cells[chosen[0]]).norm(dim=-1)
-    for _ in range(min(k, len(cells)) - 1):
-        nxt = int(dist.argmax())
-        chosen.append(nxt)
-        dist = torch.minimum(dist, (cells - cells[nxt]).norm(dim=-1))
-    return cells[chosen].long()
-
-
-def tokenizer_word_positions(tokenizer: object, caption: str, max_length: int | None = None) -> list[list[int]]:
-    """The token positions of each whitespace word of ``caption`` for a Hugging Face fast tokenizer (its offsets; a
-    word split into sub-words gets all its pieces, card pitfall). Special tokens (BOS) shift the positions as they do
-    in the ids the text encoder sees."""
-    encoded = tokenizer(caption, return_offsets_mapping=True, truncation=max_length is not None,  # type: ignore[operator]
-                        max_length=max_length)  # fmt: skip
-    offsets = encoded["offset_mapping"]
-    spans, pos = [], 0
-    for word in caption.split():
-        start = caption.index(word, pos)
-        spans.append((start, start + len(word)))
-        pos = start + len(word)
-    return [[i for i, (a, b) in enumerate(offsets) if b > a and a < end and b > start] for start, end in spans]
 
 
 def _normalize(m: Tensor) -> Tensor:
@@ -100,13 +64,26 @@ class SegmentAnywordPipeline:
         mode: ``"inversion"`` (DDIM inversion + Direct-Inversion denoising, the paper's) or ``"raw"`` (B0).
         tuning_steps / tuning_lr / tuning_draws: test-time textual inversion (0 steps: off). The paper: 1,100 steps,
             lr 0.005, batch 8; the toy: 40.
-        inversion_steps: DDIM steps of the inversion and the re-denoising (the toy: 20).
+        inversion_steps: DDIM steps of the inversion and the re-denoising (``>= 1``; the toy: 20).
         raw_timesteps: B0's timesteps (the toy: 10 over [50, 600]).
-        threshold / points / background_threshold: mask-prompt binarisation (0.7), positive points per phrase,
-            background seeds below this on every target map (0.2).
+        threshold / points / background_threshold: mask-prompt binarisation (0.7, in [0, 1]), positive points per
+            phrase (``>= 1``), background seeds below this on every target map (0.2, in [0, 1]).
         r1 / r2: the two linguistic regularisations.
+        resolutions: the cross-attention map sizes averaged (an int ``r`` means ``r × r``). None: every layer.
+            ``"auto"``: the maps whose side is the UNet input's side / 4, the card's choice (16 × 16 for Stable
+            Diffusion at 512², whose latent is 64 × 64; 8 × 8 for the CompVis LDM at 256², latent 32 × 32); an input
+            whose UNet has no such layer is refused with the sizes it has. ``from_diffusers`` defaults to ``"auto"``.
+        exclude_tokens: the prompt columns dropped before renormalising each pixel's attention over the rest (card
+            pitfall): ``"bos"`` the start token only (position 0); ``"special"`` the start token, the end token and all
+            the padding, i.e. position 0 and every id in ``special_ids`` and the tokenizer's BOS / EOS / pad / CLS /
+            SEP ids. ``from_diffusers`` defaults to ``"special"``; the dataclass default is ``"bos"``.
+        special_ids: token ids dropped with ``exclude_tokens="special"`` besides the tokenizer's (for a pipeline
+            without a tokenizer, e.g. the toy's ``<pad>``, ``<bos>`` and ``<eos>``).
         vae / tokenizer / max_length: a latent denoiser's autoencoder (images are encoded, maps upsampled back) and
             the tokenizer that makes the ids (see ``from_diffusers``).
+
+    Raises:
+        ValueError: an impossible setting (the message names it and what is accepted).
     """
 
     unet: nn.Module
@@ -127,18 +104,61 @@ class SegmentAnywordPipeline:
     background_threshold: float = 0.2
     r1: bool = True
     r2: bool = True
+    resolutions: Sequence[int | tuple[int, int]] | Literal["auto"] | None = None
+    exclude_tokens: Literal["bos", "special"] = "bos"
+    special_ids: Sequence[int] = ()
     vae: nn.Module | None = None
-    tokenizer: object | None = None
+    tokenizer: Any = None
     max_length: int | None = None
+    _auto_sizes: dict[tuple[int, int], list[tuple[int, int]]] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, name: str, accepted: str) -> None:
+            if not ok:
+                raise ValueError(f"SegmentAnywordPipeline: {name}={getattr(self, name)!r} is not accepted; "
+                                 f"expected {accepted}")  # fmt: skip
+
+        def is_int(x: object) -> bool:
+            return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+        need(self.mode in ("inversion", "raw"), "mode", "'inversion' or 'raw'")
+        need(self.exclude_tokens in ("bos", "special"), "exclude_tokens", "'bos' or 'special'")
+        need(is_int(self.tuning_steps) and self.tuning_steps >= 0, "tuning_steps", "an int >= 0 (0: no inversion)")
+        need(self.tuning_lr >= 0, "tuning_lr", "a learning rate >= 0")
+        need(is_int(self.tuning_draws) and self.tuning_draws >= 1, "tuning_draws", "an int >= 1")
+        need(is_int(self.inversion_steps) and self.inversion_steps >= 1, "inversion_steps", "an int >= 1")
+        need(0 <= self.threshold <= 1, "threshold", "a value in [0, 1] (the maps are min-max normalised)")
+        need(0 <= self.background_threshold <= 1, "background_threshold", "a value in [0, 1]")
+        need(is_int(self.points) and self.points >= 1, "points", "an int >= 1")
+        need(len(self.raw_timesteps) > 0 and all(is_int(t) and t >= 0 for t in self.raw_timesteps), "raw_timesteps",
+             "a non-empty sequence of timesteps >= 0")  # fmt: skip
+        need(all(is_int(i) for i in self.special_ids), "special_ids", "a sequence of token ids")
+        need(self.exclude_tokens != "special" or self.tokenizer is not None or len(self.special_ids) > 0,
+             "exclude_tokens", "'bos' where the pipeline has neither a tokenizer nor special_ids (pass special_ids, "
+             "the BOS, EOS and padding ids, to drop them)")  # fmt: skip
+        r = self.resolutions
+        sizes_ok = not isinstance(r, str) and all(
+            is_int(x) or (isinstance(x, Sequence) and len(x) == 2 and all(map(is_int, x))) for x in r or ()
+        )
+        need(r is None or r == "auto" or sizes_ok, "resolutions",
+             "None (every layer), 'auto' (the side / 4) or map sizes such as [16] or [(16, 24)]")  # fmt: skip
 
     # -- step 1: targets ----------------------------------------------------------------------------------------------
-    def targets(self, caption: str) -> tuple[list[Phrase], list[list[list[int]]]]:
+    def targets(self, caption: str, strict: bool = True) -> tuple[list[Phrase], list[list[list[int]]]]:
         """The phrases and, per phrase, the token positions of each of its words, noun first, then its modifiers (a
-        word split into sub-word pieces has several; their maps are averaged, card pitfall)."""
+        word split into sub-word pieces has several; their maps are averaged, card pitfall).
+
+        Raises:
+            ValueError: the parser finds no noun phrase (with ``strict``; otherwise ``([], [])``), or a phrase word
+                has no token in the prompt (e.g. truncated away).
+        """
         phrases = self.parser(caption)
-        positions = self.word_positions(caption)
         if not phrases:
-            raise ValueError(f"no noun phrase in {caption!r}: nothing to segment")
+            if strict:
+                raise ValueError(f"no noun phrase in {caption!r}: nothing to segment (RuleParser finds only the nouns "
+                                 "it was given)")  # fmt: skip
+            return [], []
+        positions = self.word_positions(caption)
         tokens = []
         for p in phrases:
             words = [p.noun, *p.modifiers]
@@ -152,22 +172,65 @@ class SegmentAnywordPipeline:
         """Every target token position, in the order ``masks_from_maps`` reads the maps."""
         return torch.tensor([t for phrase in tokens for word in phrase for t in word], dtype=torch.long)
 
+    def excluded_columns(self, ids: Tensor) -> Tensor:
+        """The prompt columns ``(T,)`` bool dropped before the renormalisation (``exclude_tokens``) for ids ``(T,)``."""
+        drop = torch.zeros(ids.shape[-1], dtype=torch.bool, device=ids.device)
+        drop[0] = True  # BOS (CLIP's <|startoftext|>, BERT's [CLS], the toy's <bos>): the attention sink
+        if self.exclude_tokens == "special":
+            special = {*map(int, self.special_ids), *special_token_ids(self.tokenizer)}
+            drop |= torch.isin(ids, torch.tensor(sorted(special), dtype=ids.dtype, device=ids.device))
+        return drop
+
     # -- steps 2-3: attention maps ------------------------------------------------------------------------------------
+    def _resolutions(self, x0: Tensor, ids: Tensor) -> list[tuple[int, int]] | None:
+        """The map sizes to record for an input ``x0`` ``(1, C, h, w)`` (``"auto"``: found with one probing call)."""
+        if self.resolutions is None:
+            return None
+        if self.resolutions != "auto":
+            return [(int(r), int(r)) if not isinstance(r, Sequence) else (int(r[0]), int(r[1])) for r in
+                    self.resolutions]  # fmt: skip
+        h, w = x0.shape[-2:]
+        if (h, w) not in self._auto_sizes:
+            dtype = next(self.unet.parameters()).dtype
+            with torch.no_grad(), record_cross_attention(self.unet) as probe:
+                self.unet(x0.to(dtype), torch.zeros(1, dtype=torch.long, device=x0.device),
+                          encoder_hidden_states=self.encode_text(ids).to(dtype))  # fmt: skip
+            sizes = sorted({r.size for r in probe.records})
+            if h % 4 or w % 4 or (h // 4, w // 4) not in sizes:
+                raise ValueError(
+                    f"resolutions='auto' asks for the maps of side / 4 ({h}/4 x {w}/4) of a {h} x {w} "
+                    "UNet input (the card's 16 x 16 at Stable Diffusion's 64 x 64 latent), but this "
+                    f"UNet's maps are {sizes}. Pass resolutions=[...] (some of those) or None (all)."
+                )
+            self._auto_sizes[(h, w)] = [(h // 4, w // 4)]
+        return self._auto_sizes[(h, w)]
+
     def attention_maps(self, image: Tensor, ids: Tensor, positions: Tensor, generator: torch.Generator | None = None
                        ) -> Tensor:  # fmt: skip
-        """Target-token maps ``(K, H, W)`` in [0, 1] for one image ``(C, H, W)``, ids ``(T,)``, positions ``(K,)``."""
+        """Target-token maps ``(K, H, W)`` in [0, 1] for one image ``(C, H, W)``, ids ``(T,)``, positions ``(K,)``.
+
+        ``image`` is what the UNet denoises (pixels, or a VAE latent). It may be called under ``torch.no_grad()`` or
+        ``torch.inference_mode()``: textual inversion enables autograd locally.
+        """
         size = image.shape[-1]
         x0, ids, pos = image[None], ids[None], positions[None]
+        resolutions = self._resolutions(x0, ids)
+        drop = self.excluded_columns(ids[0])
+        if int((~drop).sum()) == 1:
+            warnings.warn(f"only one prompt column is left after excluding {self.exclude_tokens!r} tokens: its "
+                          "renormalised attention is 1 at every pixel, so its map is empty. Use a caption of several "
+                          "words ('a photo of a dog') or exclude_tokens='bos'.", stacklevel=2)  # fmt: skip
         vectors = None
         if self.tuning_steps > 0:
             vectors = textual_inversion(self.unet, self.encode_text, self.embedding, ids, pos, x0, self.scheduler,
                                         steps=self.tuning_steps, lr=self.tuning_lr, draws=self.tuning_draws,
                                         generator=generator)  # fmt: skip
-        if vectors is None:
-            vectors = self.embedding(ids.gather(1, pos)).detach()
-        with torch.no_grad(), substituted_embeddings(self.embedding, pos, vectors):
-            states = self.encode_text(ids)
-            with record_cross_attention(self.unet) as store:
+        with torch.no_grad():
+            if vectors is None:
+                vectors = self.embedding(ids.gather(1, pos)).detach()
+            with substituted_embeddings(self.embedding, pos, vectors):
+                states = self.encode_text(ids)
+            with record_cross_attention(self.unet, resolutions=resolutions) as store:
                 if self.mode == "raw":
                     noise = torch.randn(x0.shape, generator=generator).to(x0)
                     for t in self.raw_timesteps:
@@ -177,8 +240,9 @@ class SegmentAnywordPipeline:
                     latents = ddim_invert(self.unet, states, x0, self.inversion_steps, self.scheduler)
                     store.clear()  # record the re-denoising pass only
                     ddim_denoise(self.unet, states, latents, steps=self.inversion_steps, direct=True,
-                                 scheduler_config=self.scheduler)
-                maps = store.maps(pos, size)
+                                 scheduler_config=self.scheduler)  # fmt: skip
+                exclude = (0,) if self.exclude_tokens == "bos" else drop[None]
+                maps = store.maps(pos, size, exclude=exclude)
         return maps[0]
 
     # -- steps 4-6: prompts and masks ---------------------------------------------------------------------------------
@@ -219,41 +283,36 @@ class SegmentAnywordPipeline:
 
     # -- the real path: a diffusers text-to-image pipeline -------------------------------------------------------------
     @classmethod
-    def from_diffusers(cls, pipe: object, parser: Parser, refiner: PointRefiner | None = None, **settings: object
+    def from_diffusers(cls, pipe: object, parser: Parser, refiner: PointRefiner | None = None, **settings: Any
                        ) -> SegmentAnywordPipeline:  # fmt: skip
-        """Over a diffusers text-to-image pipeline's parts: ``unet``, ``text_encoder``, ``tokenizer`` (a fast Hugging
-        Face tokenizer: its offsets map words to sub-word tokens), ``scheduler`` and ``vae`` (Stable Diffusion's
-        ``StableDiffusionPipeline``; the paper's CompVis LDM has the same parts).
+        """Over a diffusers text-to-image pipeline's parts (``zoo.models.segment_anyword.real``): Stable Diffusion's
+        ``StableDiffusionPipeline`` (``unet``, ``text_encoder``, ``tokenizer``, ``scheduler``, ``vae``) or the paper's
+        CompVis LDM, ``LDMTextToImagePipeline`` (``bert`` and ``vqvae`` in place of ``text_encoder`` and ``vae``).
 
-        Example (downloads Stable Diffusion; SAM's checkpoint is a file from segment-anything's release):
+        The card's choices are the defaults here (``settings`` override them): ``resolutions="auto"`` (the 16 × 16
+        maps of SD at 512²) and ``exclude_tokens="special"`` (BOS, EOS and padding dropped before renormalising).
+
+        Example (downloads Stable Diffusion, and spaCy's English model: offline, only ``RuleParser(nouns,
+        adjectives)`` works, on a closed vocabulary; SAM's checkpoint is a file from segment-anything's release):
 
             pipe = StableDiffusionPipeline.from_pretrained("CompVis/stable-diffusion-v1-4")
             segmenter = SegmentAnywordPipeline.from_diffusers(pipe, SpacyParser(), SamRefiner("sam_vit_h_4b8939.pth"),
                                                               tuning_steps=1100)
-            masks = segmenter(image, "the dog left of a red car")  # image (3, 512, 512) in [-1, 1]
+            masks = segmenter(image, "the dog left of a red car")  # image (3, 512, 512) float in [-1, 1]
         """
-        parts = ("unet", "text_encoder", "tokenizer", "scheduler", "vae")
-        missing = [k for k in parts if getattr(pipe, k, None) is None]
-        if missing:
-            raise ValueError(f"{type(pipe).__name__} has no {', '.join(missing)}: expected a text-to-image diffusers "
-                             "pipeline such as StableDiffusionPipeline")  # fmt: skip
-        text_encoder, tokenizer = pipe.text_encoder, pipe.tokenizer  # type: ignore[attr-defined]
-        max_length = min(int(tokenizer.model_max_length), int(text_encoder.config.max_position_embeddings))
-        return cls(
-            unet=pipe.unet, encode_text=lambda ids: text_encoder(ids).last_hidden_state,  # type: ignore[attr-defined]
-            embedding=text_encoder.get_input_embeddings(), scheduler=pipe.scheduler,  # type: ignore[attr-defined]
-            word_positions=lambda c: tokenizer_word_positions(tokenizer, c, max_length), parser=parser,
-            refiner=refiner, vae=pipe.vae, tokenizer=tokenizer, max_length=max_length, **settings,  # type: ignore
-        )  # fmt: skip
+        defaults = {"resolutions": "auto", "exclude_tokens": "special"}
+        return cls(**diffusers_parts(pipe), parser=parser, refiner=refiner, **(defaults | settings))
 
     def _encode_image(self, image: Tensor) -> Tensor:
         """The VAE latent of an RGB image ``(3, H, W)`` in [−1, 1] (the posterior mean, scaled as in training)."""
-        with torch.no_grad():
-            encoded = self.vae.encode(image[None].to(self.vae.dtype))  # type: ignore[union-attr]
-        latent = encoded.latent_dist.mean if hasattr(encoded, "latent_dist") else encoded.latents  # VQ: .latents
-        return latent[0] * float(getattr(self.vae.config, "scaling_factor", 1.0))  # type: ignore[union-attr]
+        return encode_image(self.vae, image)  # type: ignore[arg-type]
 
     def _check_image(self, image: Tensor) -> None:
+        if not isinstance(image, Tensor) or not image.is_floating_point():
+            raise ValueError(
+                f"SegmentAnywordPipeline expects float images in [-1, 1], got "
+                f"{getattr(image, 'dtype', type(image).__name__)}: convert with image.float() / 127.5 - 1"
+            )
         sample = getattr(getattr(self.unet, "config", None), "sample_size", None)
         if self.vae is not None:
             factor = 2 ** (len(self.vae.config.block_out_channels) - 1)  # type: ignore[union-attr]
@@ -265,20 +324,61 @@ class SegmentAnywordPipeline:
                              f"{tuple(image.shape)}")  # fmt: skip
         if not torch.isfinite(image).all():
             raise ValueError("the image has NaN or infinite values")
+        lo, hi = float(image.min()), float(image.max())
+        if lo < -1 - 1e-3 or hi > 1 + 1e-3:
+            raise ValueError(f"SegmentAnywordPipeline expects float images in [-1, 1], got values in [{lo:g}, {hi:g}]: "
+                             "rescale (e.g. image / 127.5 - 1 for [0, 255])")  # fmt: skip
+
+    def _check_ids(self, ids: Tensor, caption: str, positions: Tensor) -> None:
+        """Refuse ids that are not the caption's: with a tokenizer, ids must be what it makes (padded to
+        ``max_length`` or not); without one, ids must cover the target positions, and those must not be special ids."""
+        if ids.ndim != 1:
+            raise ValueError(f"expected the caption's token ids of shape (T,), got {tuple(ids.shape)}")
+        if self.tokenizer is not None:
+            made = [self._tokenize(caption, pad=True), self._tokenize(caption, pad=False)]
+            if ids.tolist() not in made:
+                raise ValueError(
+                    f"ids {ids.tolist()} are not the ids of {caption!r}: the pipeline's tokenizer makes "
+                    f"{made[1]} (padded to {self.max_length}). Pass the caption's own ids, or ids=None."
+                )
+            return
+        if int(positions.max()) >= len(ids):
+            raise ValueError(f"ids of length {len(ids)} do not hold the words of {caption!r}: its targets sit at token "
+                             f"positions {positions.tolist()}. Pass the caption's own ids.")  # fmt: skip
+        special = torch.tensor(list(self.special_ids), dtype=ids.dtype, device=ids.device)
+        if len(special) and torch.isin(ids[positions], special).any():
+            raise ValueError(f"ids {ids.tolist()} are not the ids of {caption!r}: its words' positions "
+                             f"{positions.tolist()} hold special or padding ids {list(self.special_ids)}")  # fmt: skip
+
+    def _tokenize(self, caption: str, pad: bool) -> list[int]:
+        limit = {"truncation": True, "max_length": self.max_length} if self.max_length is not None else {}
+        padding = {"padding": "max_length"} if pad and self.max_length is not None else {}
+        return list(self.tokenizer(caption, **limit, **padding)["input_ids"])
 
     def __call__(self, image: Tensor, caption: str, ids: Tensor | None = None,
                  generator: torch.Generator | None = None) -> list[Tensor]:  # fmt: skip
-        """Masks ``(H, W)`` of every noun phrase of ``caption`` in ``image`` ``(C, H, W)`` (in [−1, 1]; RGB where a
-        VAE encodes it). ``ids``: the caption's token ids ``(T,)``, or None to use the pipeline's tokenizer."""
+        """Masks ``(H, W)`` of every noun phrase of ``caption`` in ``image`` ``(C, H, W)`` (float in [−1, 1]; RGB where
+        a VAE encodes it), one per phrase in the parser's order; an empty list, with a warning, where the parser finds
+        no noun phrase (a dataset evaluation goes on). ``ids``: the caption's token ids ``(T,)``, or None to use the
+        pipeline's tokenizer (where it has one, given ids must be what it makes; without one, they can only be checked
+        to cover the words' positions). Works under ``torch.no_grad()`` and ``torch.inference_mode()``.
+
+        Raises:
+            ValueError: an image that is not float in [−1, 1] or of the wrong shape, or ids of another caption.
+        """
         self._check_image(image)
-        phrases, tokens = self.targets(caption)
+        phrases, tokens = self.targets(caption, strict=False)
+        if not phrases:
+            warnings.warn(f"no noun phrase in {caption!r}: no mask returned (RuleParser finds only the nouns it was "
+                          "given)", stacklevel=2)  # fmt: skip
+            return []
+        positions = self.flat_positions(tokens)
         if ids is None:
             if self.tokenizer is None:
                 raise ValueError("pass the caption's token ids: this pipeline has no tokenizer")
-            encoded = self.tokenizer(caption, padding="max_length", truncation=True,  # type: ignore[operator]
-                                     max_length=self.max_length)  # fmt: skip
-            ids = torch.tensor(encoded["input_ids"], device=image.device)
-        positions = self.flat_positions(tokens).to(ids.device)
+            ids = torch.tensor(self._tokenize(caption, pad=True), device=image.device)
+        self._check_ids(ids, caption, positions.to(ids.device))
+        positions = positions.to(ids.device)
         if self.vae is None:
             maps = self.attention_maps(image, ids, positions, generator)
         else:  # latent space: maps at the latent size, upsampled to the image's (the refiner reads the RGB image)
