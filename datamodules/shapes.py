@@ -282,8 +282,10 @@ def captioned_shapes(
     if not 0.0 <= hard_fraction <= 1.0:
         raise ValueError(f"hard_fraction is a fraction of the scenes; expected [0, 1], got {hard_fraction}.")
     if not 0.0 <= shared_colour_fraction <= 1.0 - hard_fraction + 1e-9:
-        raise ValueError(f"shared_colour_fraction is a fraction of the scenes that are not hard; expected [0, "
-                         f"{1 - hard_fraction:g}] with hard_fraction={hard_fraction}, got {shared_colour_fraction}.")
+        raise ValueError(
+            f"shared_colour_fraction is a fraction of the scenes that are not hard; expected [0, "
+            f"{1 - hard_fraction:g}] with hard_fraction={hard_fraction}, got {shared_colour_fraction}."
+        )
     g = torch.Generator().manual_seed(seed)
     num_shapes, num_colours = len(SHAPES), len(COLOURS)
     order = torch.randperm(n, generator=g)

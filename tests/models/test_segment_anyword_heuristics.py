@@ -80,7 +80,11 @@ def test_textured_scenes_stripe_circles_by_row_squares_by_column_triangles_in_a_
             mask = data["masks"][i, j]
             if not mask.any():
                 continue
-            shape = ["circle", "square", "triangle"].index(data["caption"][i].split()[2]) if j == data["phrase_object"][i, 0] else None
+            shape = (
+                ["circle", "square", "triangle"].index(data["caption"][i].split()[2])
+                if j == data["phrase_object"][i, 0]
+                else None
+            )
             if shape is None:
                 continue
             # textured minus flat, on the object, is +-0.2 in the shape's pattern (the noise is the same draw)
@@ -110,7 +114,9 @@ def test_experiment_scores_every_arm_on_the_same_scenes() -> None:
         masks = experiment.masks("colour_match", i, 0)
         words = data["caption"][i].split()
         for k, mask in enumerate(masks):
-            assert torch.equal(mask, colour_match(data["image"][i], words[1 + 4 * k if " and " in data["caption"][i] else 1 + 5 * k]))
+            assert torch.equal(
+                mask, colour_match(data["image"][i], words[1 + 4 * k if " and " in data["caption"][i] else 1 + 5 * k])
+            )
             ious.append(float(mask_iou(mask[None], data["masks"][i, int(data["phrase_object"][i, k])][None])[0]))
     assert results["colour_match"]["giou"] == pytest.approx(sum(ious) / len(ious), abs=1e-6)
     with pytest.raises(ValueError, match="unknown arms"):

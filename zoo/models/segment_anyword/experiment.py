@@ -133,7 +133,9 @@ class Experiment:
         shown = []
         for i in range(self.scenes):
             masks = self.masks(arm, i, seed)
-            subset = "hard" if bool(self.data["hard"][i]) else "shared" if bool(self.data["shared_colour"][i]) else "easy"
+            subset = (
+                "hard" if bool(self.data["hard"][i]) else "shared" if bool(self.data["shared_colour"][i]) else "easy"
+            )
             for k, mask in enumerate(masks[:2]):
                 obj = int(self.data["phrase_object"][i, k])
                 target, cls = self.data["masks"][i, obj][None], self.data["phrase_class"][i, k][None]

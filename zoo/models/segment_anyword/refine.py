@@ -113,8 +113,10 @@ class SamRefiner:
                               "RandomWalkerRefiner where neither is available") from err  # fmt: skip
         if model is None:
             if checkpoint is None or not Path(checkpoint).is_file():
-                raise FileNotFoundError(f"no SAM checkpoint at {checkpoint!r}: download sam_vit_h_4b8939.pth from "
-                                        "the segment-anything release and pass its path, or use RandomWalkerRefiner")
+                raise FileNotFoundError(
+                    f"no SAM checkpoint at {checkpoint!r}: download sam_vit_h_4b8939.pth from "
+                    "the segment-anything release and pass its path, or use RandomWalkerRefiner"
+                )
             if model_type not in sam_model_registry:
                 raise ValueError(f"unknown SAM model_type {model_type!r}; known: {sorted(sam_model_registry)}")
             model = sam_model_registry[model_type](checkpoint=checkpoint)

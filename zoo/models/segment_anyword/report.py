@@ -37,7 +37,9 @@ def plot(r: Mapping[str, Any], experiment: Any, arms: tuple[str, ...], path: Pat
         return
     data = experiment.scenes_of(0)
     # the scenes the panels hold: the first four shared-colour scenes that name two objects
-    scenes = [i for i in range(experiment.scenes) if bool(data["shared_colour"][i]) and len(data["caption"][i].split()) > 3]
+    scenes = [
+        i for i in range(experiment.scenes) if bool(data["shared_colour"][i]) and len(data["caption"][i].split()) > 3
+    ]
     rows = min(len(scenes), *(len(experiment.panels[a]) for a in shown))
     if rows == 0:
         return

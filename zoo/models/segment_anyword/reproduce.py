@@ -29,14 +29,13 @@ from typing import Any
 
 import torch
 
-from zoo.claims import Check, Claim, TaskCheck
-from zoo.evidence import Headline
-from zoo.models.segment_anyword.diagnosis import DIAGNOSIS_COMPONENTS, DIAGNOSIS_GROUNDING, diagnose
+from zoo.claims import Check, Claim
+from zoo.models.segment_anyword.diagnosis import diagnose
 from zoo.models.segment_anyword.experiment import ARMS, METRICS, Experiment
 from zoo.models.segment_anyword.report import plot
 from zoo.reporting import arm_table, conclude, run_arms
 
-__all__ = ["ARMS", "CHECKS", "CLAIMS", "HEADLINES", "SETTINGS", "diagnose", "run"]
+__all__ = ["ARMS", "CHECKS", "CLAIMS", "SETTINGS", "diagnose", "run"]
 
 SETTINGS = {"full": {"seeds": (0, 1, 2), "scenes": 64}, "quick": {"seeds": (0,), "scenes": 24}}
 
@@ -68,9 +67,21 @@ def _gain(name: str, over: str) -> Any:
     return lambda r, a: r[f"{a}/{name}"] - r[f"{over}/{name}"]
 
 
-# Calibrated on seeds 0-2 (64 scenes each) and the quick run (seed 0, 24 scenes) with the hub model; bounds sit
-# between the method's smallest and the stand-ins' largest measured value (docs/papers/segment-anyword.md).
+# Every claim is reported, none asserted: on the hub model the full pipeline meets none of them on all seeds (seeds 0-2
+# of 64 scenes and the quick run; docs/papers/segment-anyword.md).
 CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        "shared_giou_at_least_0.55",
+        _metric("shared_giou"),
+        at_least=0.55,
+        method="full",
+        baselines=BASELINES,
+        ablations=ABLATIONS,
+        alternatives=ALTERNATIVES,
+        asserted=False,
+        text="the task needs grounding: on the shared-colour scenes the full pipeline's per-phrase IoU is at least "
+        "0.55, above what colour matching, the largest component of the colour and a random object reach (0.44-0.51)",
+    ),
     Claim(
         "shared_giou_above_raw_attention_by_0.10",
         _gain("shared_giou", "raw"),
@@ -102,8 +113,10 @@ CLAIMS: tuple[Claim, ...] = (
             at_least=0.02,
             method="full",
             ablations={arm: ABLATIONS[arm]},
-            why_none={"baselines": "a component's worth is the method against itself less that component",
-                      "alternatives": "as for baselines: the comparison is within the pipeline"},  # fmt: skip
+            why_none={
+                "baselines": "a component's worth is the method against itself less that component",
+                "alternatives": "as for baselines: the comparison is within the pipeline",
+            },  # fmt: skip
             asserted=False,
             text=f"paper Table 6: {text} helps (shared-colour mIoU, full minus the ablation)",
         )
@@ -128,35 +141,10 @@ CLAIMS: tuple[Claim, ...] = (
         "beats raw attention; colour matching solves these scenes, so this says nothing about grounding",
     ),
 )
-CHECKS: tuple[Check | TaskCheck, ...] = (
-    TaskCheck(
-        _metric("shared_giou"),
-        method="full",
-        heuristics=ALTERNATIVES,
-        margin=0.05,
-        text="the shared-colour scenes need grounding: the full pipeline's per-phrase IoU there is 0.05 above colour "
-        "matching, the largest component of the colour and a random object",
-    ),
-)
-HEADLINES = [
-    Headline(
-        "beats_raw_cross_attention",
-        "Segment Anyword: training-free grounding from a frozen text-to-image model (test-time textual inversion, "
-        "inversion, linguistic prompt regularisation, refinement) beats raw cross-attention and the previous "
-        "training-free methods",
-        claims=["shared_giou_above_raw_attention_by_0.10", "shared_miou_above_raw_attention_by_0.10"],
-        paper="gRefCOCO cIoU 67.73 (+25.73 over the previous training-free best); Pascal-Context-59 mIoU 52.5 (+6.8)",
-        diagnosis=DIAGNOSIS_GROUNDING,
-    ),
-    Headline(
-        "each_component_helps",
-        "Each component helps: the ablation removes SAM refinement, embedding-update steps, R1 and R2 and loses "
-        "accuracy each time",
-        claims=[f"{w}_adds_0.02_shared_miou" for w in ("textual_inversion", "inversion", "r1", "r2", "refiner")],
-        paper="Table 6 on GranDf val (the numbers were not available to the card)",
-        diagnosis=DIAGNOSIS_COMPONENTS,
-    ),
-]
+# No TaskCheck and no HEADLINES yet (the paper stays "evidence standard: pending"): on the shared-colour scenes the full
+# pipeline does not beat the per-pixel heuristics (seeds 0-2: see docs/papers/segment-anyword.md), so every claim is
+# reported, none asserted, and the task check would fail.
+CHECKS: tuple[Check, ...] = ()
 QUICK_ARMS = ("full", *BASELINES, "m1", *ALTERNATIVES, "shape_template")
 
 
@@ -193,10 +181,9 @@ def _run(quick: bool, out: Path | str | None) -> dict[str, Any]:
     tables = [arm_table(r, arms, METRICS, title)]
     names = set(arms)
     claims = [c for c in CLAIMS if {c.method, *c.all_stand_ins} <= names]
-    checks = [c for c in CHECKS if not isinstance(c, TaskCheck) or {c.method, *c.heuristics} <= names]
 
     def draw(results: Mapping[str, Any], path: Path) -> None:
         plot(results, experiment, arms, path)
 
-    return conclude("segment-anyword", r, claims, checks, out=out, plot=draw, tables=tables,
-                    notes=[f"total {r['seconds']:.0f} s"], headlines=HEADLINES if not quick else ())  # fmt: skip
+    return conclude("segment-anyword", r, claims, CHECKS, out=out, plot=draw, tables=tables,
+                    notes=[f"total {r['seconds']:.0f} s"])  # fmt: skip
