@@ -2,10 +2,11 @@
 
     python tests/benchmarks/bench_segment_anyword.py [--scenes 16] [--threads 1]
 
-The hub model (``zoo.load("segment-anyword")``) segments ``--scenes`` test scenes (half hard, two phrases each):
-the full pipeline (40 textual-inversion steps of 8 draws, DDIM inversion and Direct-Inversion denoising in 20 steps
-with the cross-attention recorder, R1, R2, the random-walker refiner), and its parts timed on their own: textual
-inversion, inversion + recording, and the prompts + refiner; the raw-attention baseline for comparison.
+The hub model (``zoo.load("segment-anyword")``) segments ``--scenes`` of the reproduction's scenes (textured, half
+shared-colour): the full pipeline (40 textual-inversion steps of 8 draws, DDIM inversion and Direct-Inversion
+denoising in 20 steps with the cross-attention recorder, R1, R2, the random-walker refiner), and its parts timed on
+their own: textual inversion, inversion + recording, and the prompts + refiner; the raw-attention baseline for
+comparison.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 
 import zoo
 from zoo.datamodules.shapes import captioned_shapes
+from zoo.models.segment_anyword.experiment import SCENES
 
 
 def main() -> None:
@@ -26,7 +28,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model = zoo.load("segment-anyword")
-    data = captioned_shapes(args.scenes, seed=123, hard_fraction=0.5)
+    data = captioned_shapes(args.scenes, seed=123, **SCENES)
     print(f"{args.scenes} scenes, {args.threads} thread(s)")
     for name, overrides in (("full pipeline", {}), ("no textual inversion", {"tuning_steps": 0}),
                             ("raw attention (B0)", {"mode": "raw", "tuning_steps": 0, "refiner": None})):  # fmt: skip
