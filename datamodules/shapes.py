@@ -235,11 +235,11 @@ def captioned_shapes(
     caption names object 0 alone (1/3) or objects 0 and 1 (2/3), joined by ``"left of"`` (half of the pairs whose
     centres differ in x; the left object is then named first) or else ``"and"``. Exactly ``round(hard_fraction · n)``
     scenes (at random positions) are *hard*: 2 or 3 objects, the first two of one shape and different colours, both
-    named; a third object has another shape. Exactly ``round(shared_colour_fraction · n)`` other scenes are
-    *shared-colour*: 2 or 3 objects of distinct shapes, all in one colour, so that only the shape word tells the
-    named object from the others (colour matching, per pixel, cannot). Colours are drawn independently otherwise.
-    Objects keep at least one
-    background pixel between them (8-neighbourhood); centres are whole pixels. Pixels take the :data:`PALETTE`
+    named; a third object has another shape. ``round(shared_colour_fraction · n)`` other scenes (at most as many as
+    remain) are *shared-colour*: 2 or 3 objects of distinct shapes, all in one colour, so that the colour word cannot
+    tell the named object from the others (colour matching, per pixel, cannot; the shape word, or with ``textured``
+    its texture, can). Colours are drawn independently otherwise. Objects keep at least one background pixel between
+    them (8-neighbourhood); centres are whole pixels. Pixels take the :data:`PALETTE`
     colour of their object or the grey background, plus N(0, 0.05²) noise, clamped to [-1, 1].
 
     Args:
@@ -292,7 +292,8 @@ def captioned_shapes(
     hard = torch.zeros(n, dtype=torch.bool)
     hard[order[: round(hard_fraction * n)]] = True
     shared = torch.zeros(n, dtype=torch.bool)
-    shared[order[round(hard_fraction * n) : round(hard_fraction * n) + round(shared_colour_fraction * n)]] = True
+    n_hard = round(hard_fraction * n)
+    shared[order[n_hard : n_hard + min(round(shared_colour_fraction * n), n - n_hard)]] = True
     # objects per scene: easy 1-3, hard and shared-colour 2-3
     count = torch.where(hard | shared, torch.randint(2, 4, (n,), generator=g), torch.randint(1, 4, (n,), generator=g))
     # shapes: easy, a random order of the three shapes; hard, s0 = s1 and a distractor of another shape

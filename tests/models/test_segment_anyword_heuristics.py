@@ -6,7 +6,13 @@ import pytest
 import torch
 
 from zoo.datamodules.shapes import PALETTE, captioned_shapes
-from zoo.models.segment_anyword.heuristics import colour_component, colour_match, random_component, shape_template
+from zoo.models.segment_anyword.heuristics import (
+    colour_component,
+    colour_match,
+    random_component,
+    shape_template,
+    texture_component,
+)
 
 RED, BLUE = torch.tensor(PALETTE["red"]), torch.tensor(PALETTE["blue"])
 
@@ -43,6 +49,17 @@ def test_shape_template_picks_the_component_that_fits_the_named_shape() -> None:
     assert int(circle.sum()) == 21 and bool(circle[8, 8]) and not bool(circle[6, 6])  # the corner-less blob
     assert int(square.sum()) == 25 and bool(square[1, 1])
     assert not shape_template(image, "green", "circle").any()  # no pixel of the colour: an empty mask
+
+
+def test_texture_component_reads_the_stripes() -> None:
+    """Two red 4 x 4 blocks, one in horizontal stripes (rows alternate +-0.2: a circle's texture), one in vertical
+    stripes (a square's): the circle's word picks the first, the square's the second, whatever their sizes."""
+    image = torch.zeros(3, 12, 12)
+    image[:, 1:5, 1:5] = RED[:, None, None] + 0.2 * torch.tensor([1.0, -1.0, 1.0, -1.0])[None, :, None]
+    image[:, 6:11, 6:11] = RED[:, None, None] + 0.2 * torch.tensor([1.0, -1.0, 1.0, -1.0, 1.0])[None, None, :]
+    circle, square = texture_component(image, "red", "circle"), texture_component(image, "red", "square")
+    assert int(circle.sum()) == 16 and bool(circle[1, 1])
+    assert int(square.sum()) == 25 and bool(square[6, 6])
 
 
 def test_random_component_returns_one_whole_object() -> None:
@@ -119,5 +136,19 @@ def test_experiment_scores_every_arm_on_the_same_scenes() -> None:
             )
             ious.append(float(mask_iou(mask[None], data["masks"][i, int(data["phrase_object"][i, k])][None])[0]))
     assert results["colour_match"]["giou"] == pytest.approx(sum(ious) / len(ious), abs=1e-6)
+    shared = [iou for iou, i in zip(ious, [i for i in range(6) for _ in experiment.masks("colour_match", i, 0)])
+              if bool(data["shared_colour"][i])]  # fmt: skip
+    assert results["colour_match"]["shared_giou"] == pytest.approx(sum(shared) / len(shared), abs=1e-6)
+    # each map setting is the pipeline's own maps with that setting's switches, on the scene's seeded generator
+    phrases, tokens = experiment.targets[0]
+    positions = model.pipeline().flat_positions(tokens)
+    direct = {
+        "raw": model.pipeline(mode="raw", tuning_steps=0),
+        "untuned": model.pipeline(tuning_steps=0),
+        "raw_tuned": model.pipeline(mode="raw"),
+    }
+    for setting, pipe in direct.items():
+        expected = pipe.attention_maps(data["image"][0], data["tokens"][0], positions, torch.Generator().manual_seed(0))
+        assert torch.allclose(experiment.maps[setting][0], expected), setting
     with pytest.raises(ValueError, match="unknown arms"):
         Experiment(model, 2, ("full", "sam"))

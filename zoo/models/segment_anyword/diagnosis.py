@@ -99,7 +99,7 @@ def pretrain(steps: int, seed: int = 0, **init_args: Any) -> Any:
 
 
 def diagnose(quick: bool = False, out: Path | str | None = None) -> dict[str, Any]:
-    """Run the two sweeps and (with ``out``) write ``segment-anyword.diagnose.json``.
+    """Run the sweeps and (with ``out``) write ``segment-anyword.diagnose.json``.
 
     Returns:
         flat results: ``pretraining/s<S>/<metric>`` (selectivity, pointing, raw / full shared-colour gIoU) and

@@ -25,7 +25,13 @@ from torch import Tensor
 
 from zoo.datamodules.shapes import captioned_shapes
 from zoo.metrics.grounding import GroundingIoU
-from zoo.models.segment_anyword.heuristics import colour_component, colour_match, random_component, shape_template
+from zoo.models.segment_anyword.heuristics import (
+    colour_component,
+    colour_match,
+    random_component,
+    shape_template,
+    texture_component,
+)
 
 __all__ = ["ARMS", "HEURISTIC_ARMS", "METRICS", "PIPELINE_ARMS", "SCENES", "SUBSETS", "Experiment"]
 
@@ -55,6 +61,7 @@ HEURISTIC_ARMS: dict[str, Callable[..., Tensor]] = {
     "colour_match": colour_match,
     "colour_component": colour_component,
     "random_object": random_component,
+    "texture_component": texture_component,
     "shape_template": shape_template,
 }
 ARMS = (*PIPELINE_ARMS, *HEURISTIC_ARMS)

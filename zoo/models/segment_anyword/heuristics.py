@@ -7,9 +7,13 @@ Anyword reproduction and the heuristics of its task check:
 * :func:`colour_match`: every pixel whose nearest palette colour is the phrase's colour (per pixel);
 * :func:`colour_component`: the largest connected component of that colour;
 * :func:`random_component`: a random object (a connected non-background component), ignoring the words;
+* :func:`texture_component`: the component of the phrase's colour whose stripes fit the named shape's texture (a
+  two-tap filter, given the generator's key: which texture each shape word has);
 * :func:`shape_template`: the component of the phrase's colour that best fits the named shape's template (the
-  generator's own circle / square / triangle formulas at the component's size). It knows how the scenes are drawn, so
-  it is the ceiling of hand-built rules rather than a cheap first try.
+  generator's own circle / square / triangle formulas at the component's size).
+
+The last two know how the scenes are drawn (the key a text-to-image model has to learn from the captions); on the
+textured scenes either solves the task.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from torch import Tensor
 
 from zoo.datamodules.shapes import COLOURS, PALETTE, SHAPES
 
-__all__ = ["HEURISTICS", "colour_component", "colour_match", "random_component", "shape_template"]
+__all__ = ["colour_component", "colour_match", "random_component", "shape_template", "texture_component"]
 
 _PALETTE = torch.tensor([PALETTE[c] for c in (*COLOURS, "background")])  # (5, 3); index 4 is the background
 
@@ -84,7 +88,8 @@ def _template(shape: int, radius: int) -> Tensor:
 
 def shape_template(image: Tensor, colour: str, shape: str) -> Tensor:
     """The component of the phrase's colour whose pixels best fit the named shape's template (IoU of the component
-    with the template of the radius its bounding box implies, centred on the box); ties go to the larger component."""
+    with the template of the radius its bounding box implies, placed at the box's top-left corner: the generator's
+    boxes have odd sides, so that is the centre); ties go to the larger component."""
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}; expected one of {SHAPES}")
     labels, count = _components(colour_match(image, colour))
@@ -109,8 +114,29 @@ def shape_template(image: Tensor, colour: str, shape: str) -> Tensor:
     return torch.from_numpy(labels == best)
 
 
-HEURISTICS = {
-    "colour_match": "every pixel nearest in colour to the phrase's colour word (per pixel, the issue's heuristic)",
-    "colour_component": "the largest connected component of the phrase's colour",
-    "random_object": "a random object (a connected non-background component), ignoring the words",
-}
+def _stripes(image: Tensor, component: Tensor) -> tuple[float, float]:
+    """The mean absolute difference between vertical and between horizontal neighbours inside a component."""
+    x = image.float()
+    vertical = (x[:, 1:] - x[:, :-1]).abs().sum(0)[component[1:] & component[:-1]]
+    horizontal = (x[:, :, 1:] - x[:, :, :-1]).abs().sum(0)[component[:, 1:] & component[:, :-1]]
+    return (float(vertical.mean()) if len(vertical) else 0.0, float(horizontal.mean()) if len(horizontal) else 0.0)
+
+
+def texture_component(image: Tensor, colour: str, shape: str) -> Tensor:
+    """The component of the phrase's colour whose texture fits the named shape's: a two-tap filter per direction,
+    given the generator's key (circles in horizontal stripes: large vertical differences; squares in vertical stripes:
+    large horizontal ones; triangles in a checkerboard: both). Ties go to the larger component."""
+    if shape not in SHAPES:
+        raise ValueError(f"unknown shape {shape!r}; expected one of {SHAPES}")
+    labels, count = _components(colour_match(image, colour))
+    if count == 0:
+        return torch.zeros(image.shape[1:], dtype=torch.bool)
+    best, best_score = 0, (-float("inf"), 0)
+    for k in range(1, count + 1):
+        component = torch.from_numpy(labels == k)
+        v, h = _stripes(image, component)
+        fit = {"circle": v - h, "square": h - v, "triangle": min(v, h)}[shape]
+        score = (fit, int(component.sum()))
+        if score > best_score:
+            best, best_score = k, score
+    return torch.from_numpy(labels == best)

@@ -21,6 +21,8 @@ __all__ = ["SegmentAnyword"]
 Batch = dict[str, Tensor]
 COLOURS = ("red", "green", "blue", "yellow")
 SHAPES = ("circle", "square", "triangle")
+# <pad>, <bos>, <eos>: a word position on one of them means the ids are another caption's (the pipeline refuses them)
+SPECIAL_IDS = (0, 1, 2)
 
 
 class SegmentAnyword(ZooModule):
@@ -107,7 +109,8 @@ class SegmentAnyword(ZooModule):
             self._refiner = SamRefiner(h.sam_checkpoint) if h.refiner == "sam" else RandomWalkerRefiner()
         settings = {"refiner": self._refiner if h.refiner != "none" else None, "mode": h.mode,
                     "tuning_steps": h.tuning_steps, "tuning_lr": h.tuning_lr, "inversion_steps": h.inversion_steps,
-                    "threshold": h.threshold, "points": h.points, "r1": h.r1, "r2": h.r2} | overrides  # fmt: skip
+                    "threshold": h.threshold, "points": h.points, "r1": h.r1, "r2": h.r2,
+                    "special_ids": SPECIAL_IDS} | overrides  # fmt: skip
         return SegmentAnywordPipeline(
             unet=self.model.unet, encode_text=self.model.encode_text, embedding=self.model.text_encoder.token_embedding,
             scheduler=self.model.scheduler, word_positions=lambda c: [[p] for p in self.tokenizer.word_positions(c)],
