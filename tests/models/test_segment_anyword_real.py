@@ -115,6 +115,11 @@ def test_real_path_stable_diffusion_shaped_unet_with_clip(tmp_path: Path) -> Non
     maps = segmenter.attention_maps(segmenter._encode_image(_image()), torch.tensor(IDS),
                                     segmenter.flat_positions(tokens))  # fmt: skip
     assert maps.shape == (5, 16, 16)  # ci, ##rcle, red, square, blue: one map per token, at the latent size
+    with torch.no_grad():  # the KL posterior's mean (not a sample), times the VAE's scaling factor
+        posterior = sd.vae.encode(_image()[None]).latent_dist
+    expected = posterior.mean[0] * sd.vae.config.scaling_factor
+    assert sd.vae.config.scaling_factor != 1.0 and not torch.allclose(posterior.sample()[0], posterior.mean[0])
+    torch.testing.assert_close(segmenter._encode_image(_image()), expected)
     masks = segmenter(_image(), CAPTION, generator=torch.Generator().manual_seed(0))
     assert len(masks) == 2 and masks[0].shape == (32, 32) and masks[0].dtype == torch.bool
     torch.testing.assert_close(sd.text_encoder.get_input_embeddings().weight, table)  # no leakage
