@@ -30,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,14 +45,82 @@ from zoo.datamodules.base import BatchedDataModule, DictBatches
 
 __all__ = [
     "GoalBuffer",
+    "OfflineDataError",
     "OfflineGoalDataModule",
     "RelabelledTransitions",
+    "check_offline_arrays",
     "collect_offline",
     "load_minari",
+    "load_npz",
     "split_obs",
 ]
 
 NPZ_KEYS = ("obs", "achieved_goal", "action", "episode")
+LAYOUT = f"an offline .npz needs the arrays {list(NPZ_KEYS)} (+ optional 'done'), one row per environment step"
+
+
+class OfflineDataError(ValueError, KeyError):
+    """Offline data not in the ``.npz`` layout: a ``ValueError`` (also a ``KeyError``, which a missing array raised
+    before), with the file (if known), the bad or missing key(s) and the expected keys in its message."""
+
+    __str__ = ValueError.__str__  # the plain message, not KeyError's quoted repr
+
+
+def _where(source: str | Path | None) -> str:
+    return f"offline data {str(source)!r}" if source is not None else "offline data"
+
+
+def check_offline_arrays(data: Any, source: str | Path | None = None) -> None:
+    """Raise :class:`OfflineDataError` unless ``data`` holds the ``.npz`` layout's arrays: each of ``NPZ_KEYS``
+    present, at least one row, ``obs`` / ``achieved_goal`` / ``action`` ``[rows, dim]`` and finite, ``episode`` one
+    finite id per row. ``source`` (the file) is named in the message.
+
+    Example:
+        >>> try:
+        ...     check_offline_arrays({"obs": np.zeros((2, 3)), "action": np.zeros((2, 1)), "episode": [0, 0]}, "b.npz")
+        ... except OfflineDataError as err:
+        ...     print(str(err).split(";")[0])
+        offline data 'b.npz' lacks ['achieved_goal']
+    """
+    where = _where(source)
+    missing = [k for k in NPZ_KEYS if k not in data]
+    if missing:
+        raise OfflineDataError(f"{where} lacks {missing}; {LAYOUT}")
+    episode = np.asarray(data["episode"]).reshape(-1)
+    if len(episode) == 0:
+        raise OfflineDataError(f"{where} holds zero rows ('episode' is empty); {LAYOUT}")
+    if episode.dtype.kind == "f" and not np.isfinite(episode).all():
+        raise OfflineDataError(f"{where}: 'episode' holds NaN or inf (row {int(np.argmin(np.isfinite(episode)))})")
+    for k in ("obs", "achieved_goal", "action"):
+        v = np.asarray(data[k])
+        if v.ndim != 2 or len(v) != len(episode) or v.dtype.kind not in "biuf":
+            raise OfflineDataError(f"{where}: {k!r} must be numeric [rows, dim] with one row per 'episode' entry, "
+                                   f"got {v.dtype} {v.shape} for {len(episode)} rows; {LAYOUT}")  # fmt: skip
+        finite = np.isfinite(v).all(1)
+        if not finite.all():
+            raise OfflineDataError(f"{where}: {k!r} holds NaN or inf (first in row {int(np.argmin(finite))})")
+
+
+def load_npz(path: str | Path) -> dict[str, np.ndarray]:
+    """The arrays of an offline ``.npz`` file, checked by :func:`check_offline_arrays` (never unpickled)."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise FileNotFoundError(f"No offline data at {file}. Put an .npz with arrays {list(NPZ_KEYS)} (+ 'done'), "
+                                "one row per step, there; collect_offline(env) in datamodules.offline_goals writes "
+                                "one from any gymnasium env")  # fmt: skip
+    try:
+        loaded = np.load(file, allow_pickle=False)
+        if not hasattr(loaded, "files"):  # a single array (.npy)
+            raise OfflineDataError(f"{_where(file)} is one array (.npy), not an .npz of named arrays; {LAYOUT}")
+        with loaded as f:
+            data = {k: f[k] for k in f.files}
+    except (EOFError, OSError, zipfile.BadZipFile, ValueError) as err:  # empty, truncated, pickled, not numpy
+        if isinstance(err, OfflineDataError):
+            raise
+        raise OfflineDataError(f"{_where(file)} is not a readable .npz ({type(err).__name__}: {err}); {LAYOUT}"
+                               ) from err  # fmt: skip
+    check_offline_arrays(data, file)
+    return data
 
 
 def split_obs(obs: Any, info: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -164,24 +233,22 @@ class GoalBuffer:
         return len(self.obs)
 
     @classmethod
-    def from_arrays(cls, data: dict[str, np.ndarray], episodes: Sequence[int] | None = None) -> GoalBuffer:
-        """Transitions of the ``.npz`` layout (optionally of some episode ids only)."""
-        missing = [k for k in NPZ_KEYS if k not in data]
-        if missing:
-            raise KeyError(f"offline data lacks {missing}; the layout is {list(NPZ_KEYS)} (+ 'done'), one row per step")
+    def from_arrays(cls, data: dict[str, np.ndarray], episodes: Sequence[int] | None = None,
+                    source: str | Path | None = None) -> GoalBuffer:  # fmt: skip
+        """Transitions of the ``.npz`` layout (optionally of some episode ids only); ``source`` (the file, if any) is
+        named in the :class:`OfflineDataError` of :func:`check_offline_arrays`."""
+        check_offline_arrays(data, source)
         episode = np.asarray(data["episode"]).reshape(-1)
         arrays = {k: np.asarray(data[k], np.float32) for k in ("obs", "achieved_goal", "action")}
-        for k, v in arrays.items():
-            if len(v) != len(episode) or v.ndim != 2:
-                raise ValueError(f"offline data: {k!r} must be [rows, dim] with one row per 'episode' entry, got "
-                                 f"{v.shape} for {len(episode)} rows")  # fmt: skip
+        for k, v in arrays.items():  # finite as given, but float64 beyond float32's range is not
             if not np.isfinite(v).all():
-                raise ValueError(f"offline data: {k!r} holds NaN or inf")
+                raise OfflineDataError(f"{_where(source)}: {k!r} overflows float32")
         same = episode[1:] == episode[:-1]  # row i -> i + 1 is a transition within one episode
         keep = same if episodes is None else same & np.isin(episode[:-1], np.asarray(episodes))
         idx = np.flatnonzero(keep)
         if len(idx) == 0:
-            raise ValueError("offline data holds no transition (every episode has one row, or none was selected)")
+            raise OfflineDataError(f"{_where(source)} holds no transition (every episode has one row, or none was "
+                                   "selected)")  # fmt: skip
         # the last transition of each run of consecutive transitions
         ends = np.flatnonzero(np.diff(np.r_[idx, -10]) != 1)
         last = np.repeat(np.arange(len(ends)), np.diff(np.r_[-1, ends]))
@@ -288,14 +355,7 @@ class OfflineGoalDataModule(BatchedDataModule):
         if self.data is not None:
             return self.data
         if h.path is not None:
-            file = Path(h.path).expanduser()
-            if not file.is_file():
-                raise FileNotFoundError(
-                    f"No offline data at {file}. Put an .npz with arrays {list(NPZ_KEYS)} (+ 'done'), one row per "
-                    "step, there; collect_offline(env) in datamodules.offline_goals writes one from any gymnasium env"
-                )
-            with np.load(file, allow_pickle=False) as f:
-                self.data = {k: f[k] for k in f.files}
+            self.data = load_npz(h.path)
         elif h.minari is not None:
             self.data = load_minari(h.minari)
         else:
@@ -306,16 +366,18 @@ class OfflineGoalDataModule(BatchedDataModule):
         h = self.hparams
         if stage in (None, "fit", "validate") and self.train_set is None:
             data = self._arrays()
+            source = h.path if h.path is not None else h.minari
+            check_offline_arrays(data, source)
             ids = np.unique(data["episode"])
             if not 0 <= h.val_episodes < len(ids):
                 raise ValueError(f"val_episodes={h.val_episodes} must leave training episodes (there are {len(ids)})")
             cut = len(ids) - h.val_episodes
             kw = dict(p_curr=h.p_curr, p_future=h.p_future, p_rand=h.p_rand, gamma=h.gamma,
                       goal_threshold=h.goal_threshold)  # fmt: skip
-            self.buffer = GoalBuffer.from_arrays(data, ids[:cut])
+            self.buffer = GoalBuffer.from_arrays(data, ids[:cut], source)
             self.train_set = RelabelledTransitions(self.buffer, **kw)
             if h.val_episodes:
-                val = RelabelledTransitions(GoalBuffer.from_arrays(data, ids[cut:]), **kw)
+                val = RelabelledTransitions(GoalBuffer.from_arrays(data, ids[cut:], source), **kw)
                 gen = torch.Generator().manual_seed(h.seed + 1)
                 self.val_set = DictBatches(val.relabel(torch.arange(len(val)), generator=gen))
         if stage in (None, "test", "predict") and self.test_set is None:

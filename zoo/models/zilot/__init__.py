@@ -3,7 +3,7 @@
 from zoo.models.zilot.icem import ICEM, coloured_noise
 from zoo.models.zilot.module import Zilot
 from zoo.models.zilot.networks import GoalGoalValue, GoalQ, TwoStreamValue, WorldModel, td_target
-from zoo.models.zilot.planners import MpcCls, PiCls, ZilotPlanner, check_demo, run_episode
+from zoo.models.zilot.planners import MpcCls, PiCls, PurePursuit, ZilotPlanner, check_demo, check_obs, run_episode
 
 __all__ = [
     "ICEM",
@@ -11,11 +11,13 @@ __all__ = [
     "GoalQ",
     "MpcCls",
     "PiCls",
+    "PurePursuit",
     "TwoStreamValue",
     "WorldModel",
     "Zilot",
     "ZilotPlanner",
     "check_demo",
+    "check_obs",
     "coloured_noise",
     "run_episode",
     "td_target",
