@@ -13,7 +13,16 @@ from zoo.datamodules.demos import demo_set, make_demo
 from zoo.datamodules.envs import DubinsPoint, dubins_step, observe
 from zoo.datamodules.offline_goals import GoalBuffer, OfflineGoalDataModule, RelabelledTransitions, collect_offline
 from zoo.metrics.imitation import ImitationMetrics, goal_fraction, longest_increasing, w_min
-from zoo.models.zilot import ICEM, Zilot, ZilotPlanner, check_demo, coloured_noise, run_episode, td_target
+from zoo.models.zilot import (
+    ICEM,
+    PurePursuit,
+    Zilot,
+    ZilotPlanner,
+    check_demo,
+    coloured_noise,
+    run_episode,
+    td_target,
+)
 
 TINY = dict(q_hidden=[32, 32], w_hidden=[32], wm_hidden=[32])
 
@@ -391,6 +400,76 @@ def test_goal_window_keeps_the_first_goal_beyond_it_and_truncates_at_the_last_go
     assert shapes[0][0] == (1 + 5, 2)  # the current state and H - 1 imagined ones, against g1 and g2
     assert shapes[-1][0] == (23 + 2, 4)  # 23 states seen + H_tr - 1 imagined, against every goal
     assert all(abs(a - 1) < 1e-5 and abs(b - 1) < 1e-5 for _, a, b in shapes)
+
+
+def test_remaining_truncation_keeps_the_horizon_until_the_agent_is_at_the_last_goal(monkeypatch):
+    from zoo.models.zilot import planners
+
+    model = _Oracle()
+    goals = torch.tensor([[0.2, 0.0], [0.4, 0.0], [0.8, 0.0], [1.0, 0.0]])  # t̂ = 5, 10, 20, 25 steps from the origin
+    shapes = []
+    real = planners.sinkhorn
+
+    def spy(cost, a, b, *args, **kwargs):
+        shapes.append(tuple(cost.shape[1:]))
+        return real(cost, a, b, *args, **kwargs)
+
+    monkeypatch.setattr(planners, "sinkhorn", spy)
+    start, at_goal = torch.tensor([0.0, 0.0, 1.0, 0.0]), torch.tensor([1.0, 0.0, 1.0, 0.0])
+    counts = {}
+    for truncation, obs in (("remaining", start), ("official", start), ("remaining", at_goal)):
+        planner = ZilotPlanner(model, horizon=6, population=8, iterations=1, elites=2, truncation=truncation)
+        planner.reset(start, goals)
+        shapes.clear()
+        for _ in range(26):  # k = 0 .. 25
+            planner.act(obs)
+        counts[truncation, bool(obs[0])] = (planner.constant_steps, shapes[22])
+    # k = 22 at the origin: t̂_N − k = 3 but d(s_k, g_N) = 1.0 / 0.04 = 25 steps, so H_tr = min(6, 25) = 6 and
+    # 23 seen + 5 imagined states carry mass; never H_tr = 1 (k ≤ 25 < 25 + ...): no constant step
+    assert counts["remaining", False] == (0, (23 + 5, 4))
+    # official: H_tr = floor(min(6, 25 − 22)) = 3 at k = 22; H_tr = 1 at k = 24 (25 − 24 = 1) and k = 25 (max(1, 0))
+    assert counts["official", False] == (2, (23 + 2, 4))
+    # at the last goal d(s_k, g_N) = 0, so "remaining" falls back to the official rule: constant at k = 24 and 25 only
+    assert counts["remaining", True] == (2, (23 + 2, 4))
+    with pytest.raises(ValueError, match="truncation is one of"):
+        ZilotPlanner(model, truncation="never")
+
+
+def test_planners_refuse_observations_of_the_wrong_width_or_with_nan():
+    model = Zilot(**TINY)
+    goals = torch.zeros(2, 2)
+    for planner in (model.planner("zilot"), model.planner("pi_cls"), model.planner("mpc_cls"), PurePursuit()):
+        planner.reset(torch.zeros(4), goals)
+        with pytest.raises(ValueError, match="obs_dim=4.*shape \\(5,\\)"):
+            planner.act(torch.zeros(5))
+        with pytest.raises(ValueError, match="NaN"):
+            planner.act(torch.tensor([0.0, float("nan"), 1.0, 0.0]))
+    with pytest.raises(ValueError, match="obs_dim=4"):
+        model.planner("zilot").reset(torch.zeros(3), goals)
+
+
+def test_pure_pursuit_steers_at_the_current_goal_and_advances_within_its_radius():
+    follower = PurePursuit(radius=0.05)
+    goals = torch.tensor([[0.0, 1.0], [1.0, 0.0]])
+    follower.reset(torch.tensor([0.0, 0.0, 1.0, 0.0]), goals)
+    # heading east, the goal due north: an error of π/2 > 0.3 rad, full left steering
+    assert follower.act(torch.tensor([0.0, 0.0, 1.0, 0.0])).item() == 1.0
+    # heading east, the goal 0.1 rad to the right: u = −0.1 / 0.3
+    east = torch.tensor([0.0, 0.0, 1.0, 0.0])
+    follower.reset(east, torch.tensor([[1.0, -math.tan(0.1)]]))
+    assert follower.act(east).item() == pytest.approx(-0.1 / 0.3, abs=1e-5)
+    # within 0.05 of the first goal: the second one (due east of the car heading north, error −π/2) is the target
+    follower.reset(torch.tensor([0.0, 0.97, 0.0, 1.0]), goals)
+    assert follower.act(torch.tensor([0.0, 0.97, 0.0, 1.0])).item() == -1.0 and follower.index == 1
+    with pytest.raises(ValueError, match="radius and turn"):
+        PurePursuit(radius=0.0)
+
+
+def test_the_official_icem_variant_reaches_the_planners():
+    model = Zilot(**TINY)
+    assert model.planner("zilot", icem_variant="official").icem.variant == "official"
+    assert model.planner("mpc_cls", icem_variant="official").icem.variant == "official"
+    assert model.planner("zilot").icem.variant == "zoo"
 
 
 def test_zilot_with_the_true_car_and_distance_follows_a_demonstration():

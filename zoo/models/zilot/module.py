@@ -160,8 +160,8 @@ class Zilot(ZooModule):
         if name == "pi_cls":
             return PiCls(self, theta)
         if name == "mpc_cls":
-            icem = {k: settings[k] for k in ("horizon", "population", "iterations", "elites", "beta", "alpha")
-                    if k in settings}  # fmt: skip
+            keys = ("horizon", "population", "iterations", "elites", "beta", "alpha", "icem_variant")
+            icem = {k: settings[k] for k in keys if k in settings}
             return MpcCls(self, theta, generator=generator, **icem)
         raise ValueError(f"unknown planner {name!r}; the planners are {PLANNERS}")
 

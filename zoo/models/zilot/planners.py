@@ -67,9 +67,9 @@ def check_obs(obs: Any, obs_dim: int) -> Tensor:
     return obs
 
 
-def _icem(model: Any, horizon: int, population: int, iterations: int, elites: int, beta: float,
-          alpha: float) -> ICEM:  # fmt: skip
-    return ICEM(horizon, model.hparams.action_dim, population, iterations, elites, beta, alpha)
+def _icem(model: Any, horizon: int, population: int, iterations: int, elites: int, beta: float, alpha: float,
+          variant: str) -> ICEM:  # fmt: skip
+    return ICEM(horizon, model.hparams.action_dim, population, iterations, elites, beta, alpha, variant=variant)
 
 
 class ZilotPlanner:
@@ -80,7 +80,9 @@ class ZilotPlanner:
         horizon / population / iterations / elites / beta / alpha: iCEM (card toy: 12 / 128 / 3 / 6 / 2 / 0.1).
         eps / sinkhorn_iterations / tau_b / tol: the Sinkhorn solver (ε 0.02 on costs in [0, 1], 100 iterations;
             ``tau_b`` 0.5 is ZILOT+Unbalanced; ``tol`` stops early on the marginal error: at 1e-4 the card's demos gave
-            the same rollouts as 100 and 500 full iterations, 9x faster; ``None`` runs them all, as the official code).
+            the same rollouts as 100 and 500 full iterations, 9x faster, though the cost itself moves by up to 9e-4
+            against 500 iterations; ``None`` runs them all, and ``sinkhorn_iterations=500, tol=None`` is the official
+            solver).
         cost: ``"value"`` (the learned distance) or ``"euclidean"`` (ZILOT+h: ‖φ(s) − g‖ / ``step_size``).
         truncation: the horizon H_tr that carries mass. ``"official"``: ⌊max(1, min(H, t̂_N − k))⌋, the official
             code's; once k ≥ t̂_N − 1 it is 1, the mass falls on the states already seen only, and every candidate
@@ -88,13 +90,16 @@ class ZilotPlanner:
             straight-line time, so 54-65 % of each episode plans a constant). ``"remaining"`` (default): t̂_N − k is
             raised to d(s_k, g_N), the learned time from the current state to the last goal, so the horizon only
             collapses once the agent is at the end of the demonstration. ``"none"``: H_tr = H at every step.
+        icem_variant: ``"zoo"`` or ``"official"`` (mbrl-lib's slot layout, last action and noise variance; see
+            :class:`~zoo.models.zilot.icem.ICEM`).
         generator: the iCEM sampling noise.
     """
 
     def __init__(self, model: Any, horizon: int = 12, population: int = 128, iterations: int = 3, elites: int = 6,
                  beta: float = 2.0, alpha: float = 0.1, eps: float = 0.02, sinkhorn_iterations: int = 100,
                  tau_b: float = 1.0, tol: float | None = 1e-4, cost: str = "value", step_size: float = 0.04,
-                 truncation: str = "remaining", generator: torch.Generator | None = None) -> None:  # fmt: skip
+                 truncation: str = "remaining", icem_variant: str = "zoo",
+                 generator: torch.Generator | None = None) -> None:  # fmt: skip
         if cost not in ("value", "euclidean"):
             raise ValueError(f"cost is 'value' or 'euclidean' (ZILOT+h), got {cost!r}")
         if truncation not in TRUNCATIONS:
@@ -103,7 +108,7 @@ class ZilotPlanner:
         self.model, self.horizon, self.cost_kind, self.step_size = model, horizon, cost, step_size
         self.t_max = float(model.hparams.t_max)
         self.eps, self.sinkhorn_iterations, self.tau_b, self.tol = eps, sinkhorn_iterations, tau_b, tol
-        self.icem = _icem(model, horizon, population, iterations, elites, beta, alpha)
+        self.icem = _icem(model, horizon, population, iterations, elites, beta, alpha, icem_variant)
         self.generator = generator
         self.sinkhorn_seconds = 0.0  # time spent in Sinkhorn since the last reset (for the speed report)
         self.constant_steps = 0  # steps since the last reset at which no imagined state carried mass
@@ -198,10 +203,10 @@ class MpcCls(_Classifier):
     """MPC+Cls: iCEM on the current goal, score Σ_{h<H} −[not reached] − [not reached at H] · d(ŝ_H, g_i)."""
 
     def __init__(self, model: Any, theta: float, horizon: int = 12, population: int = 128, iterations: int = 3,
-                 elites: int = 6, beta: float = 2.0, alpha: float = 0.1,
+                 elites: int = 6, beta: float = 2.0, alpha: float = 0.1, icem_variant: str = "zoo",
                  generator: torch.Generator | None = None) -> None:  # fmt: skip
         super().__init__(model, theta)
-        self.icem = _icem(model, horizon, population, iterations, elites, beta, alpha)
+        self.icem = _icem(model, horizon, population, iterations, elites, beta, alpha, icem_variant)
         self.generator = generator
 
     def reset(self, obs: Tensor, goals: Tensor) -> None:
