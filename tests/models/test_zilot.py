@@ -17,6 +17,7 @@ from zoo.models.zilot import (
     ICEM,
     PurePursuit,
     Zilot,
+    ZilotCls,
     ZilotPlanner,
     check_demo,
     coloured_noise,
@@ -435,10 +436,41 @@ def test_remaining_truncation_keeps_the_horizon_until_the_agent_is_at_the_last_g
         ZilotPlanner(model, truncation="never")
 
 
+def test_zilot_cls_drops_reached_goals_and_restarts_the_goal_times_without_history(monkeypatch):
+    from zoo.models.zilot import planners
+
+    model = _Oracle()
+    goals = torch.tensor([[0.2, 0.0], [0.4, 0.0], [0.8, 0.0], [1.0, 0.0]])
+    shapes = []
+    real = planners.sinkhorn
+
+    def spy(cost, a, b, *args, **kwargs):
+        shapes.append((tuple(cost.shape[1:]), float(a.sum())))
+        return real(cost, a, b, *args, **kwargs)
+
+    monkeypatch.setattr(planners, "sinkhorn", spy)
+    planner = ZilotCls(model, theta=1.0, horizon=6, population=8, iterations=1, elites=2)
+    east = torch.tensor([0.0, 0.0, 1.0, 0.0])
+    planner.reset(east, goals)
+    # at g_1: d = 0 <= θ drops it; g_2 is 0.2 / 0.04 = 5 steps away, so t̂ = 5, 15, 20 for g_2..g_4; the window
+    # (t̂ < H = 6) holds g_2, rolled by one it adds g_3; H_tr = min(6, 20) = 6 imagined states, no history
+    planner.act(torch.tensor([0.2, 0.0, 1.0, 0.0]))
+    assert planner.classifier.index == 1 and shapes[-1] == ((6, 2), pytest.approx(1.0))
+    # a fresh episode seen from x = 0.8: g_1 is 15 steps behind, the classifier keeps it (t̂ = 15, 20, 30, 35), the
+    # window holds no goal before H, so only g_1 (forced) is matched
+    planner.reset(east, goals)
+    planner.act(torch.tensor([0.8, 0.0, 1.0, 0.0]))
+    assert planner.classifier.index == 0 and shapes[-1] == ((6, 1), pytest.approx(1.0))
+    assert Zilot(**TINY).planner("zilot_cls", theta=2.0).classifier.theta == 2.0
+
+
 def test_planners_refuse_observations_of_the_wrong_width_or_with_nan():
     model = Zilot(**TINY)
     goals = torch.zeros(2, 2)
-    for planner in (model.planner("zilot"), model.planner("pi_cls"), model.planner("mpc_cls"), PurePursuit()):
+    planners = [model.planner(name) for name in ("zilot", "zilot_cls", "pi_cls", "mpc_cls")] + [PurePursuit()]
+    for planner in planners:
+        with pytest.raises(ValueError, match="shape \\(3,\\)"):
+            planner.reset(torch.zeros(3), goals)
         planner.reset(torch.zeros(4), goals)
         with pytest.raises(ValueError, match="obs_dim=4.*shape \\(5,\\)"):
             planner.act(torch.zeros(5))
@@ -461,6 +493,10 @@ def test_pure_pursuit_steers_at_the_current_goal_and_advances_within_its_radius(
     # within 0.05 of the first goal: the second one (due east of the car heading north, error −π/2) is the target
     follower.reset(torch.tensor([0.0, 0.97, 0.0, 1.0]), goals)
     assert follower.act(torch.tensor([0.0, 0.97, 0.0, 1.0])).item() == -1.0 and follower.index == 1
+    # two goals within the radius at once (0.03 and 0.014 away): both are passed in one step
+    follower.reset(torch.tensor([0.0, 0.97, 0.0, 1.0]), torch.tensor([[0.0, 1.0], [0.01, 0.98], [1.0, 0.0]]))
+    follower.act(torch.tensor([0.0, 0.97, 0.0, 1.0]))
+    assert follower.index == 2
     with pytest.raises(ValueError, match="radius and turn"):
         PurePursuit(radius=0.0)
 
@@ -540,7 +576,7 @@ def test_reproduction_claims_reject_their_stand_ins():
     # ZILOT ahead of every other arm by the claims' margins: W 0.15 <= 0.9 x 0.2 (both myopic baselines), GoalFraction
     # 0.6 >= 0.6 - 0.05, and below ZILOT+h's 0.19; every stand-in misses (e.g. pursuit 0.195 / 0.2 = 0.975 > 0.9)
     good = {"zilot": (0.15, 0.6), "pi_cls": (0.2, 0.6), "mpc_cls": (0.2, 0.5), "zilot_official": (0.2, 0.4),
-            "zilot_h": (0.19, 0.5), "pursuit": (0.195, 0.5)}  # fmt: skip
+            "zilot_h": (0.19, 0.5), "zilot_cls": (0.3, 0.3), "pursuit": (0.195, 0.5)}  # fmt: skip
     assert set(good) == set(ARMS)
     r = {f"{a}/{m}": v for a, (w, gf) in good.items() for m, v in (("w_min", w), ("goal_fraction", gf))}
     out = evaluate(r, CLAIMS)
@@ -552,6 +588,8 @@ def test_reproduction_claims_reject_their_stand_ins():
     assert out["reported/zilot_w_min_at_most_0.9x_pi_cls"] == 0.0
     assert out["rejects/zilot_w_min_at_most_0.9x_pi_cls/pursuit"] == 0.0
     assert not [c.name for c in CLAIMS if c.asserted]  # pending: no claim is asserted
+    for claim in CLAIMS:  # the official-truncation row is the paper's method, never a stand-in that must miss
+        assert "zilot_official" not in claim.all_stand_ins and claim.method not in claim.all_stand_ins
 
 
 class _GoalEnv:

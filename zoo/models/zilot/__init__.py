@@ -3,7 +3,16 @@
 from zoo.models.zilot.icem import ICEM, coloured_noise
 from zoo.models.zilot.module import Zilot
 from zoo.models.zilot.networks import GoalGoalValue, GoalQ, TwoStreamValue, WorldModel, td_target
-from zoo.models.zilot.planners import MpcCls, PiCls, PurePursuit, ZilotPlanner, check_demo, check_obs, run_episode
+from zoo.models.zilot.planners import (
+    MpcCls,
+    PiCls,
+    PurePursuit,
+    ZilotCls,
+    ZilotPlanner,
+    check_demo,
+    check_obs,
+    run_episode,
+)
 
 __all__ = [
     "ICEM",
@@ -15,6 +24,7 @@ __all__ = [
     "TwoStreamValue",
     "WorldModel",
     "Zilot",
+    "ZilotCls",
     "ZilotPlanner",
     "check_demo",
     "check_obs",

@@ -12,8 +12,8 @@ Q), per step on a batch of goal-relabelled transitions from :class:`~datamodules
   3x worse here (1.5 steps off within a step of the goal, where the classifier of the baselines reads it).
 
 Test: each test item is a demonstration (``goals``, ``start``, ``budget``); the chosen planner (``test_planner``:
-``"zilot"``, ``"pi_cls"`` or ``"mpc_cls"``) imitates it in the environment ``env``, and W_min, GoalFraction and the
-success rate are logged (:class:`~zoo.metrics.imitation.ImitationMetrics`).
+``"zilot"``, ``"zilot_cls"``, ``"pi_cls"`` or ``"mpc_cls"``) imitates it in the environment ``env``, and W_min,
+GoalFraction and the success rate are logged (:class:`~zoo.metrics.imitation.ImitationMetrics`).
 
 Example:
     >>> model = Zilot(q_hidden=[32], v_hidden=[32], w_hidden=[32], wm_hidden=[32])
@@ -37,7 +37,7 @@ from zoo.module import ZooModule
 
 __all__ = ["Zilot"]
 
-PLANNERS = ("zilot", "pi_cls", "mpc_cls")
+PLANNERS = ("zilot", "zilot_cls", "pi_cls", "mpc_cls")
 
 
 class Zilot(ZooModule):
@@ -149,14 +149,16 @@ class Zilot(ZooModule):
         }
 
     def planner(self, name: str = "zilot", generator: torch.Generator | None = None, **kwargs: Any) -> Any:
-        """A planner over this model: ``"zilot"``, ``"pi_cls"`` or ``"mpc_cls"`` (``kwargs`` override the
-        ``planner`` settings; the myopic ones take ``theta``)."""
-        from zoo.models.zilot.planners import MpcCls, PiCls, ZilotPlanner
+        """A planner over this model: ``"zilot"``, ``"zilot_cls"`` (ZILOT+Cls), ``"pi_cls"`` or ``"mpc_cls"``
+        (``kwargs`` override the ``planner`` settings; those with a classifier take ``theta``)."""
+        from zoo.models.zilot.planners import MpcCls, PiCls, ZilotCls, ZilotPlanner
 
         settings = {**(self.hparams.planner or {}), **kwargs}
         theta = settings.pop("theta", self.hparams.theta)
         if name == "zilot":
             return ZilotPlanner(self, generator=generator, **settings)
+        if name == "zilot_cls":
+            return ZilotCls(self, theta, generator=generator, **settings)
         if name == "pi_cls":
             return PiCls(self, theta)
         if name == "mpc_cls":

@@ -8,6 +8,7 @@
 * :class:`PiCls`: the policy (argmax of Q) on the current goal; the goal advances while the classifier
   −V(s, g_i) ≤ θ fires (``planning.Pi``);
 * :class:`MpcCls`: iCEM on the current goal only (``SequentialMyopicMPC``), the same classifier;
+* :class:`ZilotCls`: ZILOT+Cls, the paper's ablation without the history, goals dropped by the same classifier;
 * :class:`PurePursuit`: no learning at all, the first controller a practitioner would write for a car: steer straight
   at the current goal, take the next one within the hit radius;
 * :func:`run_episode`: one demonstration in a gymnasium environment, the achieved goals of every step.
@@ -29,7 +30,17 @@ from torch import Tensor
 from zoo.models.zilot.icem import ICEM
 from zoo.nn.sinkhorn import sinkhorn
 
-__all__ = ["MpcCls", "PiCls", "Planner", "PurePursuit", "ZilotPlanner", "check_demo", "check_obs", "run_episode"]
+__all__ = [
+    "MpcCls",
+    "PiCls",
+    "Planner",
+    "PurePursuit",
+    "ZilotCls",
+    "ZilotPlanner",
+    "check_demo",
+    "check_obs",
+    "run_episode",
+]
 
 TRUNCATIONS = ("official", "remaining", "none")
 
@@ -177,6 +188,7 @@ class _Classifier:
         self.model, self.theta = model, theta
 
     def reset(self, obs: Tensor, goals: Tensor) -> None:
+        check_obs(obs, self.model.hparams.obs_dim)
         self.goals = check_demo(goals, self.model.hparams.goal_dim)
         self.index = 0
 
@@ -226,6 +238,50 @@ class MpcCls(_Classifier):
         return self.icem.plan(objective, self.generator)[0]
 
 
+class ZilotCls(ZilotPlanner):
+    """ZILOT+Cls, the paper's ablation without the history (official ``objectives.ZILOTCls``).
+
+    The classifier of the myopic baselines (−V(s, g_i) ≤ θ) drops the goals already reached; at every step the goal
+    times restart from the current state (k = 0: t̂_1 = d(s, g_i), then W's chain), the goal window and the
+    truncation H_tr = ⌊max(1, min(H, t̂_N))⌋ follow, and the agent's points are the imagined states alone, uniform mass
+    on the first H_tr of them. Takes ``theta`` and :class:`ZilotPlanner`'s arguments (``truncation`` is unused: the
+    goal times restart at every step, so they never run out).
+    """
+
+    def __init__(self, model: Any, theta: float, **kwargs: Any) -> None:
+        super().__init__(model, **kwargs)
+        self.classifier = _Classifier(model, theta)
+
+    @torch.no_grad()
+    def reset(self, obs: Tensor, goals: Tensor) -> None:
+        super().reset(obs, goals)
+        self.classifier.reset(obs, goals)
+
+    @torch.no_grad()
+    def act(self, obs: Tensor) -> Tensor:
+        obs = check_obs(obs, self.model.hparams.obs_dim)
+        self.classifier.advance(obs)
+        goals = self.goals[self.classifier.index :]
+        first = self.model.distance(obs, goals[:1]).reshape(1)
+        goal_time = first + torch.cat([first.new_zeros(1), self.model.goal_distance(goals[:-1], goals[1:]).cumsum(0)])
+        keep = torch.roll(goal_time < self.horizon, 1)
+        keep[0] = True
+        truncated = int(math.floor(max(1.0, min(self.horizon, float(goal_time[-1])))))
+        goals = goals[keep]
+        a = torch.full((truncated,), 1.0 / truncated)
+        b = torch.full((len(goals),), 1.0 / len(goals))
+
+        def objective(actions: Tensor) -> Tensor:
+            imagined = self.model.world_model.rollout(obs, actions)[:, :truncated]
+            start = time.perf_counter()
+            cost, _ = sinkhorn(self._cost(imagined, goals), a, b, self.eps, self.sinkhorn_iterations, tau_b=self.tau_b,
+                               tol=self.tol)  # fmt: skip
+            self.sinkhorn_seconds += time.perf_counter() - start
+            return -cost
+
+        return self.icem.plan(objective, self.generator)[0]
+
+
 class PurePursuit:
     """Goal by goal with a pure-pursuit steering law, for a car observed as (x, y, cos θ, sin θ) (the Dubins task).
 
@@ -250,6 +306,7 @@ class PurePursuit:
         self.radius, self.turn = radius, turn
 
     def reset(self, obs: Tensor, goals: Tensor) -> None:
+        check_obs(obs, 4)
         self.goals = check_demo(goals, 2)
         self.index = 0
 
