@@ -1,27 +1,20 @@
-"""Tests of CLUDI (clustering via self-supervised diffusion): the sqrt schedule, the rescaled forward process and
-min-SNR weights, the η = 1 DDIM sampler against a hand-written reference, the row/column-normalised loss against the
-official ``extended_new_loss_newnew``, the student's feature views, the denoiser and the Lightning module (teacher
-gradients, EMA teacher, ablation, per-parameter clipping, metrics bookkeeping)."""
+"""Tests of CLUDI's parts (clustering via self-supervised diffusion): the sqrt schedule, the rescaled forward process
+and min-SNR weights, the η = 1 DDIM sampler against a hand-written reference, the row/column-normalised loss against
+the official ``extended_new_loss_newnew``, the student's feature views and the denoiser. The Lightning module's tests
+(training loss, timesteps, teachers, ablation, clipping, metrics) are in ``test_cludi_training.py``."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
 
-import numpy as np
 import pytest
 import torch
-from lightning import Trainer
-from scipy.optimize import linear_sum_assignment
-from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 from torch import Tensor, nn
 from torch.nn import functional as F
-from torch.optim.swa_utils import AveragedModel
 
-from zoo.datamodules.features import FeatureClusteringDataModule
 from zoo.models.cludi import (
     AssignmentDenoiser,
-    CLUDIModule,
     ClusterDiffusion,
     perturb_features,
     row_column_ce,
@@ -29,7 +22,6 @@ from zoo.models.cludi import (
 )
 
 T, R_SCALE = 1000, 49.0
-SMALL = dict(num_clusters=3, feat_dim=8, emb_dim=4, batch_diffusion=2, train_steps=5, eval_steps=5, eval_samples=2)
 
 
 def official_alpha_bar(steps: int = T) -> Tensor:
@@ -62,16 +54,6 @@ class FakeNet(nn.Module):
 def smooth_fn(z: Tensor, x: Tensor, t: Tensor, z_sc: Tensor) -> Tensor:
     """A deterministic ẑ_0 that depends on z, x, t and z_sc and often leaves [−1, 1] (so the clamp matters)."""
     return 1.6 * torch.tanh(0.03 * z + 0.5 * z_sc + x[..., : z.shape[-1]]) + t.view(-1, 1, 1) / 2000
-
-
-def small_module(**kwargs) -> CLUDIModule:
-    torch.manual_seed(0)
-    return CLUDIModule(**{**SMALL, **kwargs})
-
-
-def batch(n: int = 24, feat_dim: int = 8, seed: int = 0) -> tuple[Tensor, Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(n, feat_dim, generator=g), torch.randint(0, 3, (n,), generator=g)
 
 
 # ------------------------------------------------------------------------------------------------ schedule
@@ -367,244 +349,3 @@ def test_denoiser_renormalises_its_features_and_checks_shapes() -> None:
         AssignmentDenoiser(feat_dim=8, num_clusters=1)
     net.train()
     assert not torch.equal(net(z, x, t), net(z, x, t))  # dropout is active in training
-
-
-# ------------------------------------------------------------------------------------------------ module
-@pytest.mark.parametrize(
-    "kwargs, match",
-    [
-        (dict(num_clusters=1), "at least 2"),
-        (dict(train_steps=3), "train_steps"),
-        (dict(eval_steps=7), "eval_steps"),
-        (dict(teacher="momentum"), "teacher"),
-        (dict(mode="diffuse"), "mode"),
-        (dict(eval_samples=0), "eval_samples"),
-    ],
-)
-def test_module_rejects_bad_arguments(kwargs: dict, match: str) -> None:
-    """Check that K < 2, steps not dividing T, unknown teacher or mode and zero samples raise ValueError."""
-    with pytest.raises(ValueError, match=match):
-        CLUDIModule(**{**SMALL, **kwargs})
-
-
-def test_forward_is_deterministic_and_checks_feature_width() -> None:
-    """Check that forward returns (B, K), repeats exactly, accepts an (x, y) batch, and names the expected width."""
-    model = small_module().eval()
-    x, y = batch(7)
-    a = model(x)
-    assert a.shape == (7, 3) and torch.equal(a, model(x)) and torch.equal(a, model((x, y)))
-    assert not torch.equal(a, model(x, generator=torch.Generator().manual_seed(5)))
-    # the mean of eval_samples chains of eval_steps steps over the L2-normalised rows, seeded with `seed`
-    copies = F.normalize(x, dim=-1).expand(2, -1, -1)
-    chains = model.diffusion.sample(model.net, copies, 5, generator=torch.Generator().manual_seed(0))
-    torch.testing.assert_close(a, chains.mean(0))
-    with pytest.raises(ValueError, match="8-d features"):
-        model(torch.randn(7, 9))
-
-
-def test_cluster_and_predict_give_argmax_labels_and_normalised_probs() -> None:
-    """Check that cluster() returns argmax labels of the mean logits and softmax probabilities summing to 1, and that
-    predict_step on batch 0 agrees with it."""
-    model = small_module().eval()
-    x, y = batch(9)
-    labels, probs = model.cluster(x)
-    logits = model(x)
-    assert torch.equal(labels, logits.argmax(-1)) and torch.equal(labels, probs.argmax(-1))
-    torch.testing.assert_close(probs.sum(-1), torch.ones(9))
-    torch.testing.assert_close(probs, logits.softmax(-1))
-    out = model.predict_step((x, y), 0)
-    assert torch.equal(out["labels"], labels) and torch.allclose(out["probs"], probs)
-
-
-def test_per_parameter_clipping() -> None:
-    """Check that on_before_optimizer_step clips each parameter's gradient to norm ≤ 4 separately, keeps the direction,
-    leaves small gradients untouched and does nothing when clip_per_param = 0."""
-    model = small_module()
-    params = [p for p in model.parameters() if p.requires_grad]
-    g = torch.Generator().manual_seed(0)
-    grads = [torch.randn(p.shape, generator=g) for p in params]
-    grads = [gr / gr.norm() * (100.0 if i % 2 else 0.5) for i, gr in enumerate(grads)]
-    for p, gr in zip(params, grads):
-        p.grad = gr.clone()
-    model.on_before_optimizer_step(None)
-    for i, (p, gr) in enumerate(zip(params, grads)):
-        if i % 2:
-            assert float(p.grad.norm()) == pytest.approx(4.0, abs=1e-4)
-            torch.testing.assert_close(p.grad, gr * (4.0 / 100.0), rtol=1e-4, atol=1e-7)
-        else:
-            assert torch.equal(p.grad, gr)
-    off = small_module(clip_per_param=0.0)
-    for p, gr in zip(off.parameters(), grads):
-        p.grad = gr.clone()
-    off.on_before_optimizer_step(None)
-    assert all(torch.equal(p.grad, gr) for p, gr in zip(off.parameters(), grads))
-
-
-def training_grads(model: CLUDIModule, seed: int = 0) -> tuple[float, dict[str, Tensor]]:
-    """Loss and gradients of one training_step of ``model`` (train mode) on a fixed batch under ``seed``."""
-    model.train().zero_grad()
-    torch.manual_seed(seed)
-    loss = model.training_step(batch(24), 0)
-    loss.backward()
-    return float(loss.detach()), {n: p.grad.clone() for n, p in model.net.named_parameters() if p.grad is not None}
-
-
-@pytest.mark.filterwarnings("ignore:.*self.log.*")
-def test_teacher_gradients_flow_unless_detached() -> None:
-    """Check that detach_teacher=False (official) and True give the same loss on the same seed but different gradients
-    (the teacher path), and that the student's train mode is restored after the eval-mode teacher."""
-    attached, detached = small_module(), small_module(detach_teacher=True)
-    detached.load_state_dict(attached.state_dict())
-    loss_a, grads_a = training_grads(attached)
-    loss_d, grads_d = training_grads(detached)
-    assert math.isfinite(loss_a) and loss_a == pytest.approx(loss_d, rel=1e-6)
-    assert grads_a.keys() == grads_d.keys() and "head.weight" in grads_a
-    diff = sum(float((grads_a[n] - grads_d[n]).abs().sum()) for n in grads_a)
-    assert diff > 1e-6
-    assert attached.net.training and all(m.training for m in attached.net.modules())
-    assert float(grads_a["features.0.weight"].abs().sum()) > 0  # the student's feature path is trained
-
-
-@pytest.mark.filterwarnings("ignore:.*self.log.*")
-def test_ema_teacher_is_an_averaged_copy_updated_after_each_batch() -> None:
-    """Check that teacher="ema" keeps an AveragedModel that samples the teacher without gradients and moves by
-    EMA after on_train_batch_end (the first update copies the weights)."""
-    model = small_module(teacher="ema", ema_decay=0.9)
-    assert isinstance(model.ema, AveragedModel) and small_module().ema is None
-    loss, grads = training_grads(model)
-    assert math.isfinite(loss) and grads
-    assert all(p.grad is None for p in model.ema.parameters())
-    with torch.no_grad():  # the teacher is the EMA copy: changing it changes the loss on the same seed
-        model.ema.module.head.weight.mul_(-2.0)
-    assert training_grads(model)[0] != pytest.approx(loss, rel=1e-6)
-    with torch.no_grad():
-        for p in model.net.parameters():
-            p.add_(0.5)
-    model.on_train_batch_end(None, None, 0)
-    torch.testing.assert_close(model.ema.module.head.weight, model.net.head.weight)  # first update copies
-    before = model.ema.module.head.weight.detach().clone()
-    with torch.no_grad():
-        model.net.head.weight.add_(1.0)
-    model.on_train_batch_end(None, None, 1)
-    torch.testing.assert_close(model.ema.module.head.weight, 0.9 * before + 0.1 * model.net.head.weight)
-
-
-@pytest.mark.filterwarnings("ignore:.*self.log.*")
-def test_no_diffusion_ablation_never_samples(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Check that mode="no_diffusion" trains (finite loss, gradients) and predicts without the diffusion sampler."""
-    model = small_module(mode="no_diffusion")
-
-    def forbidden(*args, **kwargs):
-        raise AssertionError("the no-diffusion ablation called the sampler")
-
-    monkeypatch.setattr(model.diffusion, "sample", forbidden)
-    loss, grads = training_grads(model)
-    assert math.isfinite(loss) and float(grads["head.weight"].abs().sum()) > 0
-    x, _ = batch(10)
-    labels, probs = model.eval().cluster(x)
-    assert labels.shape == (10,) and probs.shape == (10, 3)
-    torch.testing.assert_close(model(x), model(x))
-
-
-@pytest.mark.filterwarnings("ignore:.*self.log.*")
-@pytest.mark.parametrize("self_cond_prob", [0.0, 1.0])
-def test_training_loss_is_the_cards_composition(monkeypatch: pytest.MonkeyPatch, self_cond_prob: float) -> None:
-    """Check the training loss against the card's steps 4–7 with the teacher chain, the student view and t stubbed:
-    L = mean_s w(t_s)·mean_{b,e}(Emb(softmax(ℓ^S/0.1)) − Emb(softmax(ℓ^T/0.1)))² + 50·L_ce(ℓ^T, ℓ^S, w(t)), where
-    ℓ^S = head(f(z_t, x̃, t, z_sc)), z_t = q_sample(Emb(softmax(ℓ^T/0.1)), t, ε) and z_sc = 0 or f(z_t, x̃, t, 0);
-    the teacher is sampled in eval mode on the clean, L2-normalised copies with train_steps steps."""
-    model = small_module(dropout=0.0, self_cond_prob=self_cond_prob, batch_diffusion=3).train()
-    x, y = batch(24)
-    g = torch.Generator().manual_seed(5)
-    teacher_logits = 3 * torch.randn(3, 24, 3, generator=g)
-    t = torch.tensor([5, 400, 990])
-    seen: dict[str, object] = {}
-
-    def fake_sample(net: nn.Module, xs: Tensor, steps: int, head: Callable | None = None) -> Tensor:
-        seen.update(x=xs, steps=steps, training=net.training)
-        return teacher_logits
-
-    monkeypatch.setattr(model.diffusion, "sample", fake_sample)
-    monkeypatch.setattr("zoo.models.cludi.module.perturb_features", lambda xs, *args: 2 * xs)
-    monkeypatch.setattr(torch, "randint", lambda *args, **kwargs: t)
-    torch.manual_seed(0)
-    loss = model.training_step((x, y), 0)
-    torch.manual_seed(0)
-    eps = torch.randn(3, 24, 4)  # the only global draw before the self-conditioning coin
-    clean = F.normalize(x, dim=-1).expand(3, -1, -1)
-    assert seen["steps"] == 5 and seen["training"] is False and torch.allclose(seen["x"], clean)
-    net, diffusion = model.net, model.diffusion
-    with torch.no_grad():
-        target = net.embed((teacher_logits / 0.1).softmax(-1))
-        z_t = diffusion.q_sample(target, t, eps)
-        z_sc = net(z_t, 2 * clean, t, torch.zeros_like(z_t)) if self_cond_prob else torch.zeros_like(z_t)
-        student = net.head(net(z_t, 2 * clean, t, z_sc))
-        w = diffusion.weights(t)
-        loss_diff = (w * ((net.embed((student / 0.1).softmax(-1)) - target) ** 2).mean((1, 2))).mean()
-        expected = loss_diff + 50.0 * official_extended_new_loss_newnew(teacher_logits, student, w, 0.1, 0.05)
-    torch.testing.assert_close(loss.detach(), expected, rtol=1e-5, atol=1e-6)
-
-
-def test_training_step_rejects_small_batches() -> None:
-    """Check that a batch of fewer than 2K rows raises ValueError whose message asks for the 2K rows it checks."""
-    model = small_module().train()
-    k = model.hparams.num_clusters
-    with pytest.raises(ValueError, match=rf"batch of {2 * k - 1} rows .* at least 2·K = {2 * k} rows"):
-        model.training_step(batch(2 * k - 1), 0)
-    assert torch.isfinite(model.training_step(batch(2 * k), 0))  # exactly 2K rows is accepted
-
-
-def test_short_fit_on_digits_logs_finite_losses() -> None:
-    """Check that a 2-epoch Lightning fit on the digits features runs, changes the weights and logs finite
-    train/loss_diff, train/loss_ce and the teacher NMI."""
-    torch.manual_seed(0)
-    model = CLUDIModule(num_clusters=10, feat_dim=64, emb_dim=16, batch_diffusion=2, train_steps=5, eval_steps=5)
-    before = model.net.head.weight.detach().clone()
-    trainer = Trainer(
-        max_epochs=2,
-        limit_val_batches=0,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    trainer.fit(model, FeatureClusteringDataModule(batch_size=256))
-    metrics = trainer.callback_metrics
-    for key in ("train/loss_diff", "train/loss_ce", "train/loss", "train/nmi_teacher"):
-        assert key in metrics and math.isfinite(float(metrics[key])), key
-    assert trainer.global_step == 10  # 2 epochs × 5 full batches of 256 (1437 rows, the last partial one dropped)
-    assert not torch.equal(before, model.net.head.weight)
-
-
-# ------------------------------------------------------------------------------------------------ metrics
-def hungarian_accuracy(labels: np.ndarray, target: np.ndarray) -> float:
-    """Accuracy of the best one-to-one matching of clusters to classes."""
-    k = max(labels.max(), target.max()) + 1
-    counts = np.zeros((k, k), dtype=np.int64)
-    np.add.at(counts, (labels, target), 1)
-    rows, cols = linear_sum_assignment(counts, maximize=True)
-    return counts[rows, cols].sum() / len(labels)
-
-
-@pytest.mark.parametrize("mode, batch_size", [("diffusion", 512), ("no_diffusion", 128)])
-def test_test_metrics_agree_with_sklearn_on_cluster_labels(mode: str, batch_size: int) -> None:
-    """Check that the logged test accuracy, NMI, ARI and clusters_used equal scipy/sklearn recomputations from
-    model.cluster(x) on the test features (one test batch for diffusion, so the seeded chains coincide; several for
-    the deterministic ablation, so the accumulation over batches is checked)."""
-    torch.manual_seed(0)
-    model = CLUDIModule(num_clusters=10, feat_dim=64, emb_dim=16, eval_samples=4, eval_steps=10, mode=mode)
-    with torch.no_grad():  # an untrained net puts every row in one cluster: amplify the features' say in ẑ0
-        model.net.features[4].weight.mul_(30.0)
-        model.net.head.weight.mul_(10.0)
-    dm = FeatureClusteringDataModule(batch_size=batch_size)
-    trainer = Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False)
-    result = trainer.test(model, dm, verbose=False)[0]
-    x, y = dm.test_set.tensors
-    labels = model.eval().cluster(x)[0].numpy()
-    assert len(np.unique(labels)) >= 3  # not a degenerate single-cluster check
-    y = y.numpy()
-    assert result["test/accuracy"] == pytest.approx(hungarian_accuracy(labels, y), abs=1e-5)
-    assert result["test/nmi"] == pytest.approx(normalized_mutual_info_score(y, labels), abs=1e-4)
-    assert result["test/ari"] == pytest.approx(adjusted_rand_score(y, labels), abs=1e-4)
-    shares = np.bincount(labels, minlength=10) / len(labels)
-    assert result["test/clusters_used"] == pytest.approx(float((shares >= 0.02).mean()), abs=1e-6)
