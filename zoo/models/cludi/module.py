@@ -42,6 +42,10 @@ class CLUDIModule(ZooModule):
     (always detached). ``mode="no_diffusion"`` is the card's ablation: the same network and loss between a clean
     (teacher, eval mode) and noisy (student) view of the features, with z_t = z_sc = 0, t = 0 and no sampling.
 
+    Labels (scored at validation and test only) are class ids in ``0 .. num_classes − 1``, and −1 marks an unlabelled
+    row: it is clustered and counted in ``clusters_used`` but left out of ACC / NMI / ARI, which a stage without any
+    labelled row does not log.
+
     Args:
         num_clusters: K (≥ 2).
         feat_dim: feature width F.
@@ -49,7 +53,8 @@ class CLUDIModule(ZooModule):
         assign_dim: the assignment path's output width (None: F/2, the official ratio).
         depth: square trunk layers (4).
         dropout: dropout of the network's paths (0.15).
-        num_classes: number of true classes the labels use, for the matched accuracy (None: ``num_clusters``).
+        num_classes: number of true classes the labels use, for the matched accuracy (None: ``num_clusters``); a
+            larger label is refused.
         batch_diffusion: S, diffusion copies per training batch.
         train_steps: teacher DDIM steps R (must divide ``num_timesteps``).
         eval_steps: DDIM steps at evaluation.
@@ -76,6 +81,11 @@ class CLUDIModule(ZooModule):
         clip_per_param: clip each parameter's gradient norm to this (the official ``clip_gradients``; 0: off).
         seed: seed of the cluster codes and of the evaluation chains (each evaluation call reuses it, so a
             model's test metrics are reproducible).
+
+    Raises:
+        ValueError: a bad argument; features of another width, or a feature row that is not finite (NaN or inf) or
+            is all zeros (every call and step, naming the first such row); a label ≥ ``num_classes`` (validation and
+            test).
 
     Example:
         >>> model = CLUDIModule(num_clusters=3, feat_dim=8, emb_dim=4, eval_samples=2, eval_steps=10)
@@ -154,6 +164,15 @@ class CLUDIModule(ZooModule):
 
     # ------------------------------------------------------------------------------------------------ inference
     def _features(self, x: Tensor | tuple[Tensor, ...] | list[Tensor]) -> Tensor:
+        """The L2-normalised feature rows ``(B, F)`` of ``x`` (or of an ``(x, y)`` batch), checked first.
+
+        Every path (``forward``, ``cluster``, the training, test and predict steps) comes through here, so a bad row
+        is refused once, with its index in the batch: a NaN or inf row would give NaN logits that argmax labels 0,
+        and an all-zero row stays zero under L2 normalisation, so it has no direction to cluster.
+
+        Raises:
+            ValueError: features not ``(B, F)``, or the first row that is not finite or is all zeros.
+        """
         if isinstance(x, (tuple, list)):
             x = x[0]
         if x.dim() != 2 or x.shape[1] != self.hparams.feat_dim:
@@ -161,7 +180,18 @@ class CLUDIModule(ZooModule):
                 f"expected features (B, {self.hparams.feat_dim}), got {tuple(x.shape)}: this model was trained on "
                 f"{self.hparams.feat_dim}-d features"
             )
-        return nn.functional.normalize(x.float(), dim=-1)
+        x = x.float()  # checked after the cast: a float64 value beyond float32's range becomes inf here
+        finite = torch.isfinite(x).all(-1)
+        zero = (x == 0).all(-1)
+        if not bool((finite & ~zero).all()):  # one host sync per call; the row is looked up on the error path only
+            if not bool(finite.all()):
+                bad, what, fix = ~finite, "is not finite (NaN or inf)", "Drop or impute such rows before clustering."
+            else:
+                bad, what = zero, "is all zeros"
+                fix = "L2 normalisation leaves it without a direction to cluster: drop such rows before clustering."
+            row, count = int(bad.nonzero()[0, 0]), int(bad.sum())
+            raise ValueError(f"features row {row} {what}; {count} of {len(x)} rows are. {fix}")
+        return nn.functional.normalize(x, dim=-1)
 
     def _direct(self, net: nn.Module, x: Tensor) -> Tensor:
         """The no-diffusion path: the network with z_t = z_sc = 0 and t = 0."""
@@ -226,8 +256,10 @@ class CLUDIModule(ZooModule):
             self.log_dict({"train/loss_diff": loss_diff, "train/loss_ce": loss_ce})
         self.log("train/loss", loss, prog_bar=True)
         if isinstance(batch, (tuple, list)) and len(batch) > 1:  # monitoring only: NMI of one teacher sample
-            nmi = normalized_mutual_info_score(teacher_logits[0].argmax(-1).detach(), batch[1])
-            self.log("train/nmi_teacher", nmi, prog_bar=True)
+            labelled = batch[1] >= 0  # −1 marks an unlabelled row, as at evaluation
+            if bool(labelled.any()):
+                nmi = normalized_mutual_info_score(teacher_logits[0].argmax(-1)[labelled].detach(), batch[1][labelled])
+                self.log("train/nmi_teacher", nmi, prog_bar=True)
         return loss
 
     def _teacher(self, run: Any) -> Tensor:
@@ -284,15 +316,42 @@ class CLUDIModule(ZooModule):
 
     # ------------------------------------------------------------------------------------------------ evaluation
     def _evaluate(self, batch: tuple[Tensor, ...], batch_idx: int, stage: str) -> None:
+        """Cluster a ``(x, y)`` batch; every row counts towards ``clusters_used``, rows with ``y < 0`` (unlabelled)
+        are left out of the ACC / NMI / ARI updates, and a batch without labelled rows updates none of them."""
         x, y = batch[0], batch[1]
         generator = torch.Generator().manual_seed(self.hparams.seed + batch_idx)
         labels = self(x, generator=generator).argmax(-1)
-        self.metrics[stage].update(labels, y)
         counts = torch.bincount(labels, minlength=self.hparams.num_clusters)
         self._counts[stage] = self._counts.get(stage, torch.zeros_like(counts)) + counts
+        labelled = y >= 0
+        num_labelled, top = torch.stack([labelled.sum(), y.max().long()]).tolist() if len(y) else (0, -1)
+        limit = self.hparams.num_classes or self.hparams.num_clusters
+        if top >= limit:
+            row = int((y >= limit).nonzero()[0, 0])
+            built = (
+                f"num_classes={limit}"
+                if self.hparams.num_classes
+                else f"num_classes=None, so labels are scored against num_clusters={limit} classes"
+            )
+            raise ValueError(
+                f"{stage} batch {batch_idx}: label {int(y[row])} (row {row}) is out of range for a model built with "
+                f"{built}: labels must be in 0..{limit - 1}, or -1 for an unlabelled row. Set num_classes to the "
+                "number of classes the labels use."
+            )
+        if num_labelled == len(y):
+            self.metrics[stage].update(labels, y)
+        elif num_labelled:
+            self.metrics[stage].update(labels[labelled], y[labelled])
+        key = f"{stage}/labelled"  # kept beside the cluster counts, so a stage without labelled rows logs no scores
+        self._counts[key] = self._counts.get(key, torch.zeros((), dtype=torch.long)) + num_labelled
 
     def _log_epoch(self, stage: str) -> None:
-        self.log_dict(self.metrics[stage].compute(), prog_bar=stage == "val")
+        """Log the stage's ACC / NMI / ARI (only if some row was labelled, on any process) and ``clusters_used``."""
+        labelled = self._counts.pop(f"{stage}/labelled", torch.zeros((), dtype=torch.long)).float().to(self.device)
+        if self._trainer is not None:  # every process must agree, or one would wait in compute()'s sync for ever
+            labelled = self.trainer.strategy.reduce(labelled, reduce_op="sum")
+        if bool(labelled > 0):
+            self.log_dict(self.metrics[stage].compute(), prog_bar=stage == "val")
         self.metrics[stage].reset()
         counts = self._counts.pop(stage, None)
         if counts is not None:
