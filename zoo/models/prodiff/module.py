@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from zoo.metrics.trajectory import TrajectoryCoverage, TrajectoryError
-from zoo.models.prodiff.diffusion import EndpointDiffusion, Sampler, hold_endpoints
+from zoo.models.prodiff.diffusion import DDIMGrid, EndpointDiffusion, Sampler, hold_endpoints
 from zoo.models.prodiff.prototypes import (
     IterativeKMeans,
     TrajectoryTransformer,
@@ -79,7 +79,9 @@ class ProDiff(ZooModule):
         sampler: ``"ddim"`` or ``"ddpm"`` for validation, test and ``impute``.
         sampling_steps: DDIM steps (default 10: on the card's city more steps score lower, 25 by 0.02-0.03 and
             50 by 0.05 at TC@0.5km, as the finer low-noise steps add the denoiser's error).
-        eta: DDIM noise scale.
+        eta: DDIM noise scale (0 to 1).
+        ddim_grid: ``"trailing"`` (default: the last DDIM step returns x̂_0) or ``"official"`` (the official grid, whose
+            last step lands on t = 0 and adds 0.01 ε̂; see :mod:`zoo.models.prodiff.diffusion`).
         scaler: ``"global"`` or ``"per_batch"``.
         centered: scale to [−1, 1] (the usual DDPM data range; default) instead of the official [0, 1]. On the
             card's city, with the rest of the conf, the official range reaches TC@0.5km 0.586 against centred 0.632
@@ -90,6 +92,7 @@ class ProDiff(ZooModule):
     Example:
         >>> model = ProDiff(k=6, ch=16, groups=4, d_model=16, pce_layers=1, pce_heads=2, pce_ff=32, n_prototypes=4)
         >>> windows = torch.tensor([[[0.0, 0, 0, 0, 0, 1.0], [35.68] * 5 + [35.70], [139.76] * 5 + [139.78]]])
+        >>> model.set_scaler([0.0, 35.6, 139.7], [24.0, 35.8, 139.9])  # a fit copies the DataModule's
         >>> out = model.impute(windows, steps=3)
         >>> out.shape, bool(torch.equal(out[..., [0, -1]], windows[..., [0, -1]].double()))
         (torch.Size([1, 3, 6]), True)
@@ -125,6 +128,7 @@ class ProDiff(ZooModule):
         sampler: Sampler = "ddim",
         sampling_steps: int = 10,
         eta: float = 0.0,
+        ddim_grid: DDIMGrid = "trailing",
         scaler: Scaler = "global",
         centered: bool = True,
         thresholds_m: Sequence[float] = (250.0, 500.0, 1000.0),
@@ -135,6 +139,14 @@ class ProDiff(ZooModule):
             raise ValueError(f"a window needs at least one interior point besides its two endpoints: k >= 3, got {k}")
         if scaler not in ("global", "per_batch"):
             raise ValueError(f"scaler must be 'global' or 'per_batch', got {scaler!r}")
+        if sampler not in ("ddim", "ddpm"):
+            raise ValueError(f"sampler must be 'ddim' or 'ddpm', got {sampler!r}")
+        if ddim_grid not in ("trailing", "official"):
+            raise ValueError(f"ddim_grid must be 'trailing' or 'official', got {ddim_grid!r}")
+        if not 1 <= sampling_steps <= num_timesteps:
+            raise ValueError(f"sampling_steps must be in [1, num_timesteps = {num_timesteps}], got {sampling_steps}")
+        if not 0 <= eta <= 1:
+            raise ValueError(f"eta must be in [0, 1], got {eta}")
         self.save_hyperparameters()
         self.unet = GuidedUNet1D(ch, ch_mult, num_res_blocks, groups, dropout)
         proto_dim = d_model if prototypes else None
@@ -216,23 +228,61 @@ class ProDiff(ZooModule):
         """
         hp = self.hparams
         _check_windows(windows, hp.k)
+        if steps is not None and not 1 <= steps <= hp.num_timesteps:
+            raise ValueError(f"steps must be in [1, num_timesteps = {hp.num_timesteps}], got {steps}")
+        if hp.scaler == "global":
+            self._check_in_range(windows)
         x0, (lo, hi) = self.scale(windows.to(self.device))
         if self.hparams.scaler != "per_batch":
             x0 = hold_endpoints(torch.zeros_like(x0), x0)  # nothing of the interior reaches the model
         matched = self.condition(x0)[2]
         scaled = self.diffusion.sample(
             lambda x, t: self.eps(x, t, x0, matched), x0, sampler or hp.sampler,
-            steps or hp.sampling_steps, hp.eta if eta is None else eta, generator, progress,
+            hp.sampling_steps if steps is None else steps, hp.eta if eta is None else eta, generator, progress,
+            hp.ddim_grid,
         )  # fmt: skip
         out = self.unscale(scaled, (lo, hi))
         return hold_endpoints(out, windows.to(out))
+
+    def set_scaler(self, data_min: Sequence[float] | Tensor, data_max: Sequence[float] | Tensor) -> None:
+        """Set the global scaler's per-channel (hours, latitude, longitude) minimum and maximum, e.g. from a
+        DataModule's ``scaler`` (a fit does this itself)."""
+        lo = torch.as_tensor(data_min, dtype=torch.float64).flatten()
+        hi = torch.as_tensor(data_max, dtype=torch.float64).flatten()
+        if lo.shape != (3,) or hi.shape != (3,) or not (hi > lo).all() or not torch.isfinite(torch.cat([lo, hi])).all():
+            raise ValueError(
+                f"the scaler needs 3 finite (min, max) pairs with max > min, got {lo.tolist()}, {hi.tolist()}"
+            )
+        self.data_min.copy_(lo)
+        self.data_max.copy_(hi)
+
+    def _check_in_range(self, windows: Tensor, slack: float = 0.25) -> None:
+        """Refuse an unset scaler, and endpoints whose coordinates lie more than ``slack`` of the training range
+        outside it: their imputations would be clamped into the training area."""
+        lo, hi = self.data_min.cpu(), self.data_max.cpu()
+        if torch.equal(lo, torch.zeros(3, dtype=lo.dtype)) and torch.equal(hi, torch.ones(3, dtype=hi.dtype)):
+            raise ValueError(
+                "the model's scaler was never set (min 0, max 1 per channel): fit the model on a DataModule, load a "
+                "trained checkpoint, or call set_scaler(data_min, data_max)"
+            )
+        ends = windows[..., [0, -1]].detach().cpu().double()
+        for c, name in ((1, "latitude"), (2, "longitude")):
+            span = float(hi[c] - lo[c])
+            low, high = float(lo[c]) - slack * span, float(hi[c]) + slack * span
+            bad = (ends[:, c] < low) | (ends[:, c] > high)
+            if bad.any():
+                i = int(bad.any(1).nonzero()[0])
+                raise ValueError(
+                    f"windows[{i}]: endpoint {name} {ends[i, c].tolist()} lies outside the model's training range "
+                    f"[{float(lo[c]):.4f}, {float(hi[c]):.4f}] (± {slack:.0%}); its imputation would be clamped into "
+                    "the training area. Impute windows from the area the model was trained on."
+                )
 
     # -------------------------------------------------------------------------------------------- training
     def on_fit_start(self) -> None:
         scaler = getattr(getattr(self.trainer, "datamodule", None), "scaler", None)
         if self.hparams.scaler == "global" and scaler is not None:
-            self.data_min.copy_(torch.as_tensor(scaler.min, dtype=torch.float64).flatten())
-            self.data_max.copy_(torch.as_tensor(scaler.max, dtype=torch.float64).flatten())
+            self.set_scaler(scaler.min, scaler.max)
 
     def on_train_epoch_start(self) -> None:
         if self.kmeans is not None:
@@ -265,7 +315,6 @@ class ProDiff(ZooModule):
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch[-1]))
         self.log_dict({f"train/{k}": v for k, v in terms.items()}, batch_size=len(batch[-1]))
         return loss
-
 
     # ------------------------------------------------------------------------------------------ evaluation
     def _evaluate(self, batch: tuple[Tensor, ...], batch_idx: int, stage: str) -> Tensor:
