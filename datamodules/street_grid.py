@@ -1,6 +1,9 @@
 """The ProDiff card's synthetic street-grid city (§5): users with home, work and errands, trips routed along a
-1 km street grid by endpoint-determined rules (straight short walks, x-first or y-first L-routes, arterial detours),
-and check-ins along the routes, as ``{user: {"hours", "latitudes", "longitudes"}}``."""
+1 km street grid, and check-ins along the routes, as ``{user: {"hours", "latitudes", "longitudes"}}``.
+
+Two route models: ``"habits"`` (default), where the endpoints leave several plausible routes and the hour settles
+most of the choice, and the card's ``"rules"``, where the endpoints set the route (straight short walks, x-first or
+y-first L-routes, arterial detours)."""
 
 from __future__ import annotations
 
@@ -10,7 +13,15 @@ from typing import Literal
 
 import numpy as np
 
-__all__ = ["CITY_CENTER", "KM_LAT", "km_to_latlon", "latlon_to_km", "street_grid_checkins", "street_route"]
+__all__ = [
+    "CITY_CENTER",
+    "KM_LAT",
+    "habit_route",
+    "km_to_latlon",
+    "latlon_to_km",
+    "street_grid_checkins",
+    "street_route",
+]
 
 CITY_CENTER = (35.68, 139.76)  # (lat, lon) of the synthetic city's centre, near Tokyo Station (card §5)
 KM_LAT = 0.008983  # degrees of latitude per km; a km of longitude is KM_LAT / cos(lat)
@@ -97,6 +108,55 @@ def street_route(
     return vertices[keep], rule
 
 
+def habit_route(
+    start: np.ndarray,
+    end: np.ndarray,
+    hour: float,
+    rng: np.random.Generator,
+    short_km: float = 1.5,
+    p_habit: float = 0.8,
+) -> tuple[np.ndarray, str]:
+    """A route between two intersections (km) where the endpoints leave a choice and the time of day settles most of it.
+
+    Trips shorter than ``short_km`` walk straight (rule ``"A"``). Longer ones run along the streets in three legs: the
+    first and last along one axis (east-west or north-south, a fair coin), the middle leg along a street of the other
+    axis chosen among every street from the start's to the end's (an L-route when it is the start's or the end's
+    own). Which street is the commuter's habit: before noon the one nearest the start (turn early), from noon the one
+    nearest the end (turn late), each with probability ``p_habit``; otherwise any of them, uniformly. So a window of
+    check-ins that spans the middle leg has as many plausible routes as there are streets between its endpoints, and
+    only the hour tells them apart. Rules: ``"E"`` (early turn), ``"L"`` (late), ``"U"`` (uniform choice).
+
+    Returns:
+        The route's vertices ``(V, 2)`` in km (no two consecutive ones equal) and its rule.
+
+    Example:
+        >>> rng = np.random.default_rng(0)
+        >>> vertices, rule = habit_route(np.array([1.0, 2.0]), np.array([4.0, 5.0]), hour=8.0, rng=rng)
+        >>> rule, len(vertices) in (3, 4)
+        ('E', True)
+    """
+    s, e = np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64)
+    x_axis_first, habit = rng.random() < 0.5, rng.random() < p_habit
+    if float(np.hypot(*(e - s))) < short_km:
+        return np.stack([s, e]), "A"
+    a = 0 if x_axis_first else 1  # the axis of the first and last legs; the middle leg runs along the other one
+    lo, hi = sorted((s[a], e[a]))
+    streets = np.arange(np.ceil(lo), np.floor(hi) + 1)
+    if not len(streets):  # both ends inside one block along the axis (not a city stop): the nearest street
+        streets = np.array([np.round((lo + hi) / 2)])
+    if habit:
+        early = hour < 12.0
+        turn = streets[np.argmin(np.abs(streets - (s[a] if early else e[a])))]
+        rule = "E" if early else "L"
+    else:
+        turn, rule = streets[rng.integers(len(streets))], "U"
+    p1, p2 = s.copy(), e.copy()
+    p1[a], p2[a] = turn, turn
+    vertices = np.array([s, p1, p2, e])
+    keep = np.concatenate([[True], (np.diff(vertices, axis=0) != 0).any(1)])
+    return vertices[keep], rule
+
+
 def _next_stop(rng: np.random.Generator, prev: np.ndarray, avoid: np.ndarray | None, grid: int, p_near: float):
     """An errand intersection: a neighbour of ``prev`` with probability ``p_near`` (a short walk), else uniform."""
     while True:
@@ -131,14 +191,16 @@ def street_grid_checkins(
     walk_jitter_km: float = 0.05,
     gps_noise_km: float = 0.01,
     arc_fractions: Literal["quantiles", "random"] = "quantiles",
+    routes: Literal["habits", "rules"] = "habits",
+    p_habit: float = 0.8,
     with_routes: bool = False,
 ) -> Users:
-    """The card's synthetic city (§5): a day of check-ins for each user on a street grid, routes set by the endpoints.
+    """The card's synthetic city (§5): a day of check-ins for each user on a street grid, routed by habit or by rule.
 
     The city is ``size_km`` × ``size_km`` with streets every km, mapped to degrees by :func:`km_to_latlon`. Each user
     has a home and a work intersection and a day of ``stops`` (inclusive range) stops: home, work, errands (a
     neighbouring intersection with probability ``p_near``, else a uniform one), home. Each trip follows
-    :func:`street_route`; ``points_per_trip`` (inclusive range) check-ins lie along it at arc-length fractions denser
+    :func:`habit_route` (``routes="habits"``) or :func:`street_route` (``"rules"``); ``points_per_trip`` (inclusive range) check-ins lie along it at arc-length fractions denser
     near the stops (Beta(0.7, 0.7), see ``arc_fractions``), then one at the arrival stop; the day starts with a check-in at
     home at 7-9 h. Times come from a speed ~ U(``speed_kmh``) per trip plus dwell times (work 6-9 h, errands
     0.25-1.5 h); ``hours`` is cumulative hours since midnight. Walks (rule A) get ``walk_jitter_km`` Gaussian jitter
@@ -150,6 +212,11 @@ def street_grid_checkins(
     every ``n_users``.
 
     Args:
+        routes: ``"habits"`` (default): :func:`habit_route`, several plausible routes between two stops, the hour
+            settling most of the choice (``p_habit``). ``"rules"``: the card's §5 :func:`street_route`, one route set by
+            the endpoints (on that city a nearest-neighbour lookup of the training windows by their endpoints beats
+            ProDiff: issue 53).
+        p_habit: the probability that a ``"habits"`` trip turns at its hour's street.
         arc_fractions: ``"quantiles"`` (default): the Beta(0.7, 0.7) quantiles of evenly spaced probabilities, each
             jittered by ±0.1 of a spacing, so the endpoints of a window inside one trip nearly determine its interior.
             ``"random"``: sorted i.i.d. Beta(0.7, 0.7) draws, the card's literal §5; the interior of a window is then
@@ -157,7 +224,8 @@ def street_grid_checkins(
             seed 0: a nearest-neighbour lookup of the training windows by endpoints reaches TC@0.5km 0.435 against
             linear's 0.440; with ``"quantiles"`` 0.663 against 0.534).
         with_routes: also return, per point, ``"trip"`` (the trip index, −1 for the first check-in) and ``"rule"``
-            (``"S"`` for a check-in at a stop, else the trip's rule ``"A"``-``"D"``).
+            (``"S"`` for a check-in at a stop, else the trip's rule: ``"A"``-``"D"`` of :func:`street_route`, or
+            ``"A"``, ``"E"``, ``"L"``, ``"U"`` of :func:`habit_route`).
 
     Returns:
         ``{user_id: {"hours", "latitudes", "longitudes"}}`` with float64 arrays; ids are ``"u00000"``, ``"u00001"``...
@@ -173,6 +241,10 @@ def street_grid_checkins(
         raise ValueError(f"n_users must be ≥ 1, got {n_users}")
     if arc_fractions not in ("quantiles", "random"):
         raise ValueError(f"arc_fractions must be 'quantiles' or 'random', got {arc_fractions!r}")
+    if routes not in ("habits", "rules"):
+        raise ValueError(f"routes must be 'habits' or 'rules', got {routes!r}")
+    if not 0 <= p_habit <= 1:
+        raise ValueError(f"p_habit must be in [0, 1], got {p_habit}")
     if not (3 <= stops[0] <= stops[1]) or not (1 <= points_per_trip[0] <= points_per_trip[1]):
         raise ValueError(
             f"need 3 ≤ stops[0] ≤ stops[1] and 1 ≤ points_per_trip[0] ≤ points_per_trip[1], got "
@@ -191,7 +263,10 @@ def street_grid_checkins(
         t = rng.uniform(7.0, 9.0)
         xy, hours, trip_of, rule_of = [home + rng.normal(0, gps_noise_km, 2)], [t], [-1], ["S"]
         for trip, (s, e) in enumerate(itertools.pairwise(day)):
-            vertices, rule = street_route(s, e, size_km=size_km)
+            if routes == "rules":
+                vertices, rule = street_route(s, e, size_km=size_km)
+            else:
+                vertices, rule = habit_route(s, e, t, rng, p_habit=p_habit)
             cum = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(vertices, axis=0).T))])
             m = int(rng.integers(points_per_trip[0], points_per_trip[1] + 1))
             arc = _arc_fractions(rng, m, arc_fractions) * cum[-1]

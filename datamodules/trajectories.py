@@ -54,8 +54,6 @@ FIELDS = ("hours", "latitudes", "longitudes")
 Users = dict[str, dict[str, np.ndarray]]
 
 
-
-
 # ------------------------------------------------------------------------------------------------ checks and files
 def validate_trajectory(
     hours: np.ndarray, latitudes: np.ndarray, longitudes: np.ndarray, user: str = "?", source: str | Path = "data"
@@ -409,7 +407,10 @@ class TrajectoryDataModule(BatchedDataModule):
         path: a single ``.h5``/``.hdf5`` or ``.csv``/``.tsv`` file, split by user.
         csv_columns: the CSV's (user, time, lat, lon) column names.
         scaler: ``"global"`` (training statistics) or ``"per_batch"`` (serve unscaled; the model scales per batch).
-        relative_time: time channel as hours since the window's first point (else raw ``hours``).
+        relative_time: time channel as hours since the window's first point (else raw ``hours``: the time of day,
+            which settles most of the synthetic city's route choices).
+        routes: the synthetic city's route model, ``"habits"`` or the card's ``"rules"`` (see
+            :func:`street_grid_checkins`).
 
     Attributes:
         scaler: the :class:`MinMaxScaler` fitted on the training windows (after ``setup``).
@@ -439,6 +440,7 @@ class TrajectoryDataModule(BatchedDataModule):
         csv_columns: tuple[str, str, str, str] = ("user", "time", "lat", "lon"),
         scaler: Literal["global", "per_batch"] = "global",
         relative_time: bool = True,
+        routes: Literal["habits", "rules"] = "habits",
     ) -> None:
         super().__init__()
         if scaler not in ("global", "per_batch"):
@@ -447,6 +449,8 @@ class TrajectoryDataModule(BatchedDataModule):
             )
         if k < 3:
             raise ValueError(f"k must be ≥ 3 (two endpoints and at least one point to impute), got {k}")
+        if routes not in ("habits", "rules"):
+            raise ValueError(f"routes must be 'habits' or 'rules', got {routes!r}")
         if not 0 < split < 1 or not 0 <= val_split < 1:
             raise ValueError(f"need 0 < split < 1 and 0 ≤ val_split < 1, got split={split}, val_split={val_split}")
         if data_dir is not None and path is not None:
@@ -469,7 +473,7 @@ class TrajectoryDataModule(BatchedDataModule):
             source = f"{hp.path}, users split {hp.split:.0%}/{1 - hp.split:.0%} (seed {hp.seed})"
         else:
             source = (
-                f"synthetic street-grid city, {hp.n_users} users (seed {hp.seed}), split "
+                f"synthetic street-grid city ({hp.routes}), {hp.n_users} users (seed {hp.seed}), split "
                 f"{hp.split:.0%}/{1 - hp.split:.0%} by user"
             )
         c = self.counts
@@ -526,7 +530,7 @@ class TrajectoryDataModule(BatchedDataModule):
             if hp.path:
                 source, users = str(hp.path), self._read(Path(hp.path))
             else:
-                source, users = "synthetic city", street_grid_checkins(hp.n_users, seed=hp.seed)
+                source, users = "synthetic city", street_grid_checkins(hp.n_users, seed=hp.seed, routes=hp.routes)
                 for uid, t in users.items():
                     validate_trajectory(**t, user=uid, source=source)
             users = self._keep(users, source)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from zoo.datamodules.street_grid import habit_route
 from zoo.datamodules.trajectories import (
     MinMaxScaler,
     TrajectoryDataModule,
@@ -225,7 +226,7 @@ def test_street_routes_follow_the_endpoint_rules() -> None:
 def test_city_long_south_trips_are_l_routes_on_streets() -> None:
     """Check that points of long south-start trips (rule B) lie on the start's east-west street or the end's
     north-south street (within GPS noise), that some cut no corner off, and that rule C is the mirror image."""
-    users = street_grid_checkins(n_users=150, seed=0, with_routes=True)
+    users = street_grid_checkins(n_users=150, seed=0, with_routes=True, routes="rules")
     off_chord, checked = [], 0
     for t in users.values():
         x, y = latlon_to_km(t["latitudes"], t["longitudes"])
@@ -248,8 +249,9 @@ def test_city_long_south_trips_are_l_routes_on_streets() -> None:
 
 
 def test_city_points_sit_on_the_street_grid() -> None:
-    """Check that every point not on a short walk lies on a street line (lat or lon on the 1 km grid)."""
-    users = street_grid_checkins(n_users=100, seed=2, with_routes=True)
+    """Check that every point of the card's rule city not on a short walk lies on a street line (lat or lon on the
+    1 km grid)."""
+    users = street_grid_checkins(n_users=100, seed=2, with_routes=True, routes="rules")
     x, y = (np.concatenate(v) for v in zip(*(latlon_to_km(t["latitudes"], t["longitudes"]) for t in users.values())))
     rule = np.concatenate([t["rule"] for t in users.values()])
     street = rule != "A"
@@ -304,3 +306,85 @@ def test_city_arc_fractions_quantiles_or_random() -> None:
     assert not all(np.array_equal(a[u]["latitudes"], b[u]["latitudes"]) for u in a)
     with pytest.raises(ValueError, match="arc_fractions"):
         street_grid_checkins(2, arc_fractions="uniform")
+
+
+# ------------------------------------------------------------------------------------------------ habitual routes
+def _habit_routes(start: list[float], end: list[float], hour: float, p_habit: float, n: int) -> list:
+    """``n`` habit routes between two points, one rng stream per draw (seeds 0..n-1)."""
+    s, e = np.array(start), np.array(end)
+    return [habit_route(s, e, hour, np.random.default_rng(i), p_habit=p_habit) for i in range(n)]
+
+
+def test_habit_route_turns_early_before_noon_and_late_after() -> None:
+    """Check the habit: before noon the middle leg runs on the street nearest the start, from noon on the one nearest
+    the end, on either axis (the coin). Catches a swapped early/late, the wrong axis, or streets outside the span.
+
+    From (1.3, 2.4) to (4.6, 6.2): legs east-west first (middle on x = 2, 3 or 4) or north-south first (middle on
+    y = 3, 4, 5 or 6); the street nearest the start is x = 2 / y = 3, nearest the end x = 4 / y = 6."""
+    s, e = [1.3, 2.4], [4.6, 6.2]
+    expected = {
+        "E": ([s, [2, 2.4], [2, 6.2], e], [s, [1.3, 3], [4.6, 3], e]),
+        "L": ([s, [4, 2.4], [4, 6.2], e], [s, [1.3, 6], [4.6, 6], e]),
+    }
+    for rule, hour in (("E", 8.0), ("L", 12.0)):
+        seen = set()
+        for vertices, got in _habit_routes(s, e, hour, p_habit=1.0, n=20):
+            assert got == rule
+            match = [i for i, exp in enumerate(expected[rule]) if np.allclose(vertices, exp, atol=1e-12)]
+            assert match, (rule, vertices.tolist())
+            seen.add(match[0])
+        assert seen == {0, 1}  # both axes over 20 coins
+
+
+def test_habit_route_from_intersections_is_an_l_route_and_short_trips_walk() -> None:
+    """Check that between intersections the early turn is on the start's own street (an L-route, no repeated
+    vertex) and that a trip under 1.5 km is a straight walk, rule A. Catches duplicate vertices (zero-length legs)
+    and short trips routed along the streets."""
+    s, e = [1.0, 2.0], [4.0, 6.0]
+    for vertices, rule in _habit_routes(s, e, 8.0, p_habit=1.0, n=10):
+        assert rule == "E" and vertices.tolist() in ([s, [1, 6], e], [s, [4, 2], e])
+    for vertices, rule in _habit_routes([2.0, 2.0], [3.0, 3.0], 8.0, p_habit=1.0, n=5):  # 1.41 km
+        assert rule == "A" and vertices.tolist() == [[2, 2], [3, 3]]
+
+
+def test_habit_route_without_habit_turns_on_every_street_between() -> None:
+    """Check that with p_habit = 0 the turn street is uniform over every street from the start's to the end's (rule
+    U). Catches a choice that leaves out the end streets or always picks the habitual one."""
+    counts: dict[tuple[int, float], int] = {}
+    for vertices, rule in _habit_routes([0.5, 0.5], [4.5, 3.5], 14.0, p_habit=0.0, n=400):
+        assert rule == "U" and len(vertices) == 4
+        axis = 0 if vertices[1, 1] == 0.5 else 1  # first leg along x: the turn is a north-south street x = c
+        assert vertices[1, axis] == vertices[2, axis]
+        counts[axis, float(vertices[1, axis])] = counts.get((axis, float(vertices[1, axis])), 0) + 1
+    assert set(counts) == {(0, 1.0), (0, 2.0), (0, 3.0), (0, 4.0), (1, 1.0), (1, 2.0), (1, 3.0)}
+    assert min(counts.values()) > 0.5 * 400 / 2 / 4  # about uniform: 50 per x street, 67 per y street
+
+
+def test_habit_city_points_sit_on_the_street_grid_and_differ_from_the_rule_city() -> None:
+    """Check the default (habit) city: every point not on a short walk is within 50 m of a street line, the rules
+    are A, E, L, U, and the city is not the rule city. Catches routes off the grid and a routes flag ignored."""
+    users = street_grid_checkins(n_users=100, seed=2, with_routes=True)
+    x, y = (np.concatenate(v) for v in zip(*(latlon_to_km(t["latitudes"], t["longitudes"]) for t in users.values())))
+    rule = np.concatenate([t["rule"] for t in users.values()])
+    gap = np.minimum(np.abs(x - np.round(x)), np.abs(y - np.round(y)))
+    assert (gap[rule != "A"] < 0.05).all()
+    assert set(rule) == {"S", "A", "E", "L", "U"}
+    rules = street_grid_checkins(n_users=5, seed=2, with_routes=True, routes="rules")
+    assert set(np.concatenate([t["rule"] for t in rules.values()])) <= {"S", "A", "B", "C", "D"}
+    assert not all(np.array_equal(users[u]["latitudes"], rules[u]["latitudes"]) for u in rules)
+    with pytest.raises(ValueError, match="routes"):
+        street_grid_checkins(2, routes="maps")
+    with pytest.raises(ValueError, match="p_habit"):
+        street_grid_checkins(2, p_habit=1.5)
+
+
+def test_datamodule_passes_the_route_model_to_the_city() -> None:
+    """Check that TrajectoryDataModule(routes="rules") builds the rule city (its windows are the rule city's), not
+    the default. Catches the argument dropped on the way to street_grid_checkins."""
+    dm = TrajectoryDataModule(n_users=20, routes="rules", val_split=0.0)
+    dm.setup("fit")
+    users = street_grid_checkins(20, seed=0, routes="rules")
+    assert torch.equal(dm.train_set.tensors[1], sliding_windows({u: users[u] for u in dm.user_ids["train"]}, 6))
+    assert "rules" in dm.describe()
+    with pytest.raises(ValueError, match="routes"):
+        TrajectoryDataModule(routes="maps")

@@ -237,21 +237,39 @@ def test_reproduction_scores_and_on_street_rate():
 
 
 def test_reproduction_claims_reject_their_stand_ins():
-    """Check on made-up results that each claim fails for every stand-in in its place, and that a method no better
-    than linear interpolation fails the asserted ones."""
+    """Check on made-up results that both claims hold for ProDiff and are rejected for every stand-in (baselines,
+    ablations, alternatives) below the bound, that a stand-in reaching the bound or a method below it fails the claim,
+    that the quick run's claims name only its arms and drop the Diff+Mask one, and that both claims are reported, not
+    asserted. Catches a stand-in missing from a kind, a claim that reads an arm the quick run lacks, or a wrong bound."""
     from zoo.claims import evaluate
-    from zoo.models.prodiff.reproduce import CLAIMS
+    from zoo.models.prodiff.reproduce import ARMS, CLAIMS, QUICK_ARMS, claims
 
-    r = {f"{arm}/tc@500m": v for arm, v in
-         {"prodiff": 0.66, "diff_mask": 0.63, "linear": 0.56, "prototype_lookup": 0.56, "untrained": 0.0}.items()}  # fmt: skip
+    assert [c.name for c in CLAIMS] == ["prodiff_tc500_beats_linear_by_0.05", "prodiff_prototypes_help_tc500_by_0.01"]
+    assert not any(c.asserted for c in CLAIMS) and all(c.method == "prodiff" for c in CLAIMS)
+    beats_linear, beats_mask = CLAIMS
+    assert set(beats_linear.all_stand_ins) == set(ARMS) - {"prodiff", "linear"}
+    assert set(beats_mask.all_stand_ins) == set(ARMS) - {"prodiff", "diff_mask"}
+    # ProDiff 0.66: +0.10 over linear (0.56), +0.06 over Diff+Mask (0.60); every stand-in ≤ 0.60, so < linear + 0.05
+    # and < Diff+Mask + 0.01.
+    tc = {arm: 0.58 for arm in ARMS} | {"prodiff": 0.66, "linear": 0.56, "diff_mask": 0.60, "untrained": 0.0}
+    r = {f"{arm}/tc@500m": v for arm, v in tc.items()}
     out = evaluate(r, CLAIMS)
     for claim in CLAIMS:
-        assert out[f"{claim.prefix}/{claim.name}"] == 1.0
-        assert all(out[f"rejects/{claim.name}/{arm}"] == 1.0 for arm in claim.stand_ins)
-    r["prodiff/tc@500m"] = r["diff_mask/tc@500m"] = 0.58
-    out = evaluate(r, CLAIMS)
-    assert all(out[f"{c.prefix}/{c.name}"] == 0.0 for c in CLAIMS)
-    assert [c.name for c in CLAIMS if not c.asserted] == ["prodiff_prototypes_help_tc500_by_0.01"]
+        assert out[f"reported/{claim.name}"] == 1.0 and f"claims/{claim.name}" not in out
+        assert claim.all_stand_ins and all(out[f"rejects/{claim.name}/{arm}"] == 1.0 for arm in claim.all_stand_ins)
+    assert out[f"values/{beats_linear.name}/prodiff"] == pytest.approx(0.10)
+    assert out[f"values/{beats_mask.name}/knn1"] == pytest.approx(-0.02)
+    out = evaluate({**r, "knn1/tc@500m": 0.62}, CLAIMS)  # the lookup reaches linear + 0.05 and Diff+Mask + 0.01
+    assert out[f"rejects/{beats_linear.name}/knn1"] == 0.0 and out[f"reported/{beats_linear.name}"] == 0.0
+    assert out[f"rejects/{beats_mask.name}/knn1"] == 0.0 and out[f"reported/{beats_mask.name}"] == 0.0
+    out = evaluate({**r, "prodiff/tc@500m": 0.605}, CLAIMS)  # +0.045 over linear, +0.005 over Diff+Mask
+    assert out[f"reported/{beats_linear.name}"] == 0.0 and out[f"reported/{beats_mask.name}"] == 0.0
+    quick = claims(QUICK_ARMS)
+    assert [c.name for c in quick] == [beats_linear.name]
+    assert set(quick[0].all_stand_ins) == set(QUICK_ARMS) - {"prodiff", "linear"} and not quick[0].baselines
+    assert quick[0].why_none.get("baselines")  # linear is the reference, the MLP only runs in the full reproduction
+    out = evaluate({f"{arm}/tc@500m": tc[arm] for arm in QUICK_ARMS}, quick)  # reads only the quick arms
+    assert out[f"reported/{beats_linear.name}"] == 1.0
 
 
 def test_foursquare_style_csv_trains_through_the_conf_and_imputes(tmp_path):
@@ -286,3 +304,128 @@ def test_foursquare_style_csv_trains_through_the_conf_and_imputes(tmp_path):
     raw = cli.datamodule.test_set.tensors[-1][:4]
     out = cli.model.eval().impute(raw, steps=2)
     assert out.shape == (4, 3, 8) and torch.equal(out[..., [0, -1]], raw[..., [0, -1]])
+
+
+# ------------------------------------------------------------------------------------------------ baselines
+def _ends_window(hours: list[float], lat: list[float], lon: list[float]) -> torch.Tensor:
+    return torch.tensor([hours, lat, lon], dtype=torch.float64)
+
+
+def test_endpoint_neighbours_add_the_nearest_windows_offsets_to_the_linear_path():
+    """Check a hand case: the query's endpoints are nearest window A's, then C's (B is far), so n_neighbours=1 adds
+    A's offset from its own linear path and n_neighbours=2 the mean of A's and C's. Catches offsets taken from the
+    wrong window, added to the wrong path, or not averaged; n_neighbours=0 must be refused."""
+    from zoo.models.prodiff.baselines import EndpointNeighbours
+
+    train = torch.stack(
+        [
+            _ends_window([0, 1, 2], [0, 3, 0], [0, 0, 0]),  # A: a bump of 3 in latitude
+            _ends_window([0, 1, 2], [10, 10, 10], [10, 12, 10]),  # B: far away, a bump of 2 in longitude
+            _ends_window([0, 1, 2], [1, 2, 1], [0, 0, 0]),  # C: a bump of 1 in latitude
+        ]
+    )
+    # Scaled by the training ranges (hours 2, lat 10, lon 12), the query's endpoints (lat 0.2, 0.4; lon 0, 1) are
+    # 0.0089 (squared) from A's, 0.0169 from C's and over 1 from B's. Its interior (7s) is hidden from the method.
+    query = _ends_window([0, 7, 2], [0.2, 7, 0.4], [0, 7, 1])[None]
+    one = EndpointNeighbours(train, n_neighbours=1)(query)
+    torch.testing.assert_close(one[0], _ends_window([0, 1, 2], [0.2, 3.3, 0.4], [0, 0.5, 1]))
+    two = EndpointNeighbours(train, n_neighbours=2)(query)
+    torch.testing.assert_close(two[0], _ends_window([0, 1, 2], [0.2, 2.3, 0.4], [0, 0.5, 1]))
+    with pytest.raises(ValueError, match="n_neighbours"):
+        EndpointNeighbours(train, n_neighbours=0)
+    with pytest.raises(ValueError, match="n_neighbours"):
+        EndpointNeighbours(train, n_neighbours=4)
+
+
+def _city_windows(xy: list[list[tuple[float, float]]], hours: list[float]) -> torch.Tensor:
+    """Windows [B, 3, k] from city-km points (x, y) per window and one hour list for all."""
+    from zoo.datamodules.street_grid import km_to_latlon
+
+    out = []
+    for points in xy:
+        lat, lon = km_to_latlon(*torch.tensor(points, dtype=torch.float64).T.numpy())
+        out.append(torch.stack([torch.tensor(hours, dtype=torch.float64), torch.tensor(lat), torch.tensor(lon)]))
+    return torch.stack(out)
+
+
+def test_street_path_follows_the_streets_between_the_endpoints():
+    """Check hand cases in city km (k = 5, so the interior sits at 1/4, 1/2, 3/4 of the path length): perpendicular
+    streets turn at their corner, the same street is straight, parallel streets cross at the street nearest halfway;
+    hours are linear and the endpoints are returned exactly. Catches a wrong corner, a wrong crossing street, points
+    spaced by the hidden interior times, or endpoints moved by the km round trip."""
+    from zoo.datamodules.street_grid import latlon_to_km
+    from zoo.models.prodiff.baselines import street_path
+
+    hidden = (5.0, 5.0)  # the interior the method must not see
+    cases = {  # start, end -> the interior points worked out by hand
+        # (0.6, 3) on y = 3 to (2, 5.6) on x = 2: corner (2, 3); legs 1.4 + 2.6 = 4, points at arc 1, 2, 3
+        ((0.6, 3.0), (2.0, 5.6)): [(1.6, 3.0), (2.0, 3.6), (2.0, 4.6)],
+        # (3, 0.5) on x = 3 to (5.5, 2) on y = 2: corner (3, 2); legs 1.5 + 2.5 = 4, points at arc 1, 2, 3
+        ((3.0, 0.5), (5.5, 2.0)): [(3.0, 1.5), (3.5, 2.0), (4.5, 2.0)],
+        # both on y = 4: straight, 2.4 long, points at arc 0.6, 1.2, 1.8
+        ((1.3, 4.0), (3.7, 4.0)): [(1.9, 4.0), (2.5, 4.0), (3.1, 4.0)],
+        # y = 2 and y = 4 (parallel): across x = round(2.8) = 3; legs 1.8 + 2 + 1.4 = 5.2, points at 1.3, 2.6, 3.9
+        ((1.2, 2.0), (4.4, 4.0)): [(2.5, 2.0), (3.0, 2.8), (3.1, 4.0)],
+        # x = 2 and x = 4 (parallel): across y = round(2.8) = 3; the same lengths
+        ((2.0, 1.2), (4.0, 4.4)): [(2.0, 2.5), (2.8, 3.0), (4.0, 3.1)],
+    }
+    hours = [8.0, 8.1, 9.7, 9.8, 10.0]  # not linear: the interior times are hidden too
+    windows = _city_windows([[s, hidden, hidden, hidden, e] for s, e in cases], hours)
+    out = street_path(windows)
+    assert out.shape == windows.shape and torch.equal(out[..., [0, -1]], windows[..., [0, -1]])
+    torch.testing.assert_close(out[:, 0], torch.tensor([8.0, 8.5, 9.0, 9.5, 10.0], dtype=torch.float64).expand(5, 5))
+    x, y = latlon_to_km(out[:, 1, 1:-1].numpy(), out[:, 2, 1:-1].numpy())
+    expected = torch.tensor(list(cases.values()), dtype=torch.float64)  # [5, 3, 2]
+    torch.testing.assert_close(torch.from_numpy(x), expected[..., 0], atol=1e-6, rtol=0)
+    torch.testing.assert_close(torch.from_numpy(y), expected[..., 1], atol=1e-6, rtol=0)
+
+
+def test_endpoint_regressor_learns_a_deterministic_interior():
+    """Check that the MLP learns an interior set by the endpoints (a latitude bump proportional to the start's
+    latitude): after 300 steps its test MAE is a fifth of linear interpolation's or less, and the endpoints are kept.
+    Catches targets misaligned with the features, a wrong unscaling, or the offset added to the wrong path."""
+    from zoo.models.prodiff.baselines import EndpointRegressor
+
+    def windows(n: int, seed: int) -> torch.Tensor:
+        g = torch.Generator().manual_seed(seed)
+        ends = torch.rand(n, 3, 2, generator=g, dtype=torch.float64)
+        line = ends[..., :1] + torch.linspace(0, 1, 5, dtype=torch.float64) * (ends[..., 1:] - ends[..., :1])
+        line[:, 1] += ends[:, 1, :1] * torch.tensor([0.0, 1.0, 1.5, 1.0, 0.0], dtype=torch.float64)
+        return line
+
+    torch.manual_seed(0)
+    train, test = windows(512, 0), windows(128, 1)
+    model = EndpointRegressor(k=5, width=32, depth=2).fit(train, steps=300, batch_size=64, lr=3e-3)
+    pred = model.impute(test)
+    assert torch.equal(pred[..., [0, -1]], test[..., [0, -1]])
+    mae = (pred - test)[..., 1:-1].abs().mean()
+    linear_mae = (linear_interpolation(test) - test)[..., 1:-1].abs().mean()  # the bump: about 0.5 · 3.5 / 9 ≈ 0.19
+    assert mae < 0.2 * linear_mae, (float(mae), float(linear_mae))
+    with pytest.raises(ValueError, match="k >= 3"):
+        EndpointRegressor(k=2)
+    with pytest.raises(ValueError, match="width"):
+        EndpointRegressor(k=5, width=0)
+
+
+def test_prototype_diversity_reports_used_prototypes_and_collapse():
+    """Check the collapse measure: on a tiny model the keys, ranges and counts are sane; with the extractor's last
+    LayerNorm set to a constant vector u (every feature and query equal to u) and prototype 0 = u, every window
+    matches prototype 0 (1 used) and both cosines are 1. Catches an argmax over the wrong axis, a share threshold
+    off, or cosines to the wrong mean; the Diff+Mask ablation has no prototypes to measure."""
+    model = ProDiff(**SMALL)
+    raw = _windows(16)
+    model.set_scaler(raw.amin((0, 2)), raw.amax((0, 2)))
+    d = model.prototype_diversity(raw)
+    assert set(d) == {"prototypes_used", "feature_cosine", "query_cosine"} and model.training  # mode restored
+    assert 1 <= d["prototypes_used"] <= 4 and d["prototypes_used"] == int(d["prototypes_used"])
+    assert all(-1 - 1e-6 <= d[key] <= 1 + 1e-6 for key in ("feature_cosine", "query_cosine"))
+    u = torch.linspace(-1, 2, 16)
+    with torch.no_grad():
+        model.pce.pool_norm.weight.zero_()
+        model.pce.pool_norm.bias.copy_(u)
+        model.pce.prototypes.copy_(torch.stack([u, -u, u.flip(0), -u.flip(0)]))  # cosines to u: 1, -1, -0.55, 0.55
+    d = model.prototype_diversity(raw)
+    assert d["prototypes_used"] == 1.0
+    assert d["feature_cosine"] == pytest.approx(1.0, abs=1e-5) and d["query_cosine"] == pytest.approx(1.0, abs=1e-5)
+    with pytest.raises(ValueError, match="prototype path"):
+        ProDiff(**SMALL, prototypes=False).prototype_diversity(raw)

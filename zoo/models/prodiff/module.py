@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from zoo.metrics.trajectory import TrajectoryCoverage, TrajectoryError
@@ -277,6 +278,29 @@ class ProDiff(ZooModule):
                     f"[{float(lo[c]):.4f}, {float(hi[c]):.4f}] (± {slack:.0%}); its imputation would be clamped into "
                     "the training area. Impute windows from the area the model was trained on."
                 )
+
+    @torch.no_grad()
+    def prototype_diversity(self, windows: Tensor, min_share: float = 0.01) -> dict[str, float]:
+        """How distinct the prototype path is on raw ``windows`` [B, 3, k] (a collapse shows as one prototype used and
+        cosines near 1): ``prototypes_used``, the prototypes that are the best cosine match (ProDiff's query: the
+        window with its interior zeroed) of at least ``min_share`` of the windows; ``feature_cosine`` and
+        ``query_cosine``, the mean cosine of the full windows' features and of the queries to their mean."""
+        if self.pce is None:
+            raise ValueError("prototype_diversity needs the prototype path (prototypes=True)")
+        was_training = self.training
+        self.eval()
+        x0, _ = self.scale(windows.to(self.device))
+        prototypes, features = self.pce(x0)
+        query = self.pce(hold_endpoints(torch.zeros_like(x0), x0))[1]
+        self.train(was_training)
+        best = (F.normalize(query, dim=-1) @ F.normalize(prototypes, dim=-1).T).argmax(-1)
+        share = torch.bincount(best, minlength=len(prototypes)).double() / len(best)
+
+        def to_mean(v: Tensor) -> float:
+            return float(F.cosine_similarity(v, v.mean(0, keepdim=True)).mean())
+
+        return {"prototypes_used": float((share >= min_share).sum()), "feature_cosine": to_mean(features),
+                "query_cosine": to_mean(query)}  # fmt: skip
 
     # -------------------------------------------------------------------------------------------- training
     def on_fit_start(self) -> None:
