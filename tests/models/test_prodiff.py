@@ -416,8 +416,10 @@ def test_prototype_diversity_reports_used_prototypes_and_collapse():
     raw = _windows(16)
     model.set_scaler(raw.amin((0, 2)), raw.amax((0, 2)))
     d = model.prototype_diversity(raw)
-    assert set(d) == {"prototypes_used", "feature_cosine", "query_cosine"} and model.training  # mode restored
-    assert 1 <= d["prototypes_used"] <= 4 and d["prototypes_used"] == int(d["prototypes_used"])
+    assert set(d) == {"prototypes_used", "feature_prototypes_used", "feature_cosine", "query_cosine"}
+    assert model.training  # mode restored
+    for key in ("prototypes_used", "feature_prototypes_used"):
+        assert 1 <= d[key] <= 4 and d[key] == int(d[key])
     assert all(-1 - 1e-6 <= d[key] <= 1 + 1e-6 for key in ("feature_cosine", "query_cosine"))
     u = torch.linspace(-1, 2, 16)
     with torch.no_grad():
@@ -425,7 +427,7 @@ def test_prototype_diversity_reports_used_prototypes_and_collapse():
         model.pce.pool_norm.bias.copy_(u)
         model.pce.prototypes.copy_(torch.stack([u, -u, u.flip(0), -u.flip(0)]))  # cosines to u: 1, -1, -0.55, 0.55
     d = model.prototype_diversity(raw)
-    assert d["prototypes_used"] == 1.0
+    assert d["prototypes_used"] == d["feature_prototypes_used"] == 1.0
     assert d["feature_cosine"] == pytest.approx(1.0, abs=1e-5) and d["query_cosine"] == pytest.approx(1.0, abs=1e-5)
     with pytest.raises(ValueError, match="prototype path"):
         ProDiff(**SMALL, prototypes=False).prototype_diversity(raw)

@@ -80,7 +80,7 @@ _ALTERNATIVES = {
     "street_path": "a shortest path along the city's streets, points spaced by linear time",
     "prototype_lookup": "the matched prototype's mean training shape, with no denoiser",
 }
-DIVERSITY = ("prototypes_used", "feature_cosine", "query_cosine")
+DIVERSITY = ("feature_prototypes_used", "feature_cosine", "prototypes_used", "query_cosine")
 METRICS = ("tc@250m", "tc@500m", "tc@1000m", "mae_m", "flow@250m", "on_street")
 STEPS = 3000
 EXAMPLES = 8  # windows in the map plot
@@ -253,7 +253,9 @@ def _kinds(arms: Sequence[str], drop: Sequence[str] = ()) -> dict[str, Any]:
         name: {a: why for a, why in kind.items() if a in arms and a not in drop}
         for name, kind in (("baselines", _BASELINES), ("ablations", _ABLATIONS), ("alternatives", _ALTERNATIVES))
     }
-    why = {name: "run in the full reproduction only (--quick leaves it out)" for name, kind in kinds.items() if not kind}
+    why = {
+        name: "run in the full reproduction only (--quick leaves it out)" for name, kind in kinds.items() if not kind
+    }
     return {**kinds, "why_none": why}
 
 
@@ -291,6 +293,13 @@ CHECKS = [
         lambda r: max(r[f"{a}/endpoint_error_deg"] for a in ("prodiff", "untrained")),
         at_most=1e-4,
         text="the imputed windows keep the given endpoints (within 1e-4°, about 10 m, after inverse scaling)",
+    ),
+    Check(
+        "prototypes_stay_distinct_feature_cosine_at_most_0.9",
+        lambda r: r["prodiff/feature_cosine"],
+        at_most=0.9,
+        text="the prototype extractor does not collapse: its full-window features' mean cosine to their mean stays "
+        "≤ 0.9 (collapsed: 1.0000, every window nearest one prototype)",
     ),
     Check(
         "training_loss_drops_30_percent",
