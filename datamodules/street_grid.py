@@ -2,7 +2,7 @@
 1 km street grid, and check-ins along the routes, as ``{user: {"hours", "latitudes", "longitudes"}}``.
 
 Two route models: ``"habits"`` (default), where the endpoints leave several plausible routes and the hour settles
-most of the choice, and the card's ``"rules"``, where the endpoints set the route (straight short walks, x-first or
+most of the choice (north-south first before noon, east-west first after), and the card's ``"rules"``, where the endpoints set the route (straight short walks, x-first or
 y-first L-routes, arterial detours)."""
 
 from __future__ import annotations
@@ -116,43 +116,44 @@ def habit_route(
     short_km: float = 1.5,
     p_habit: float = 0.8,
 ) -> tuple[np.ndarray, str]:
-    """A route between two intersections (km) where the endpoints leave a choice and the time of day settles most of it.
+    """A route between two stops (km) where the endpoints leave a choice and the time of day settles most of it.
 
-    Trips shorter than ``short_km`` walk straight (rule ``"A"``). Longer ones run along the streets in three legs: the
-    first and last along one axis (east-west or north-south, a fair coin), the middle leg along a street of the other
-    axis chosen among every street from the start's to the end's (an L-route when it is the start's or the end's
-    own). Which street is the commuter's habit: before noon the one nearest the start (turn early), from noon the one
-    nearest the end (turn late), each with probability ``p_habit``; otherwise any of them, uniformly. So a window of
-    check-ins that spans the middle leg has as many plausible routes as there are streets between its endpoints, and
-    only the hour tells them apart. Rules: ``"E"`` (early turn), ``"L"`` (late), ``"U"`` (uniform choice).
+    Trips shorter than ``short_km`` walk straight (rule ``"A"``). Longer ones follow the commuter's habit with
+    probability ``p_habit``: before noon north-south first, then east-west (rule ``"E"``), from noon east-west first
+    (rule ``"L"``), the two L-routes between the stops. Otherwise (rule ``"U"``) the route runs in three legs: the
+    first and last along one axis (a fair coin), the middle one along a street of the other axis chosen uniformly
+    among the streets from the start's coordinate to the end's (an L-route when it is the start's or the end's own).
+    So a window of check-ins that spans a turn has several plausible routes, and the hour tells the habitual ones
+    apart.
 
     Returns:
         The route's vertices ``(V, 2)`` in km (no two consecutive ones equal) and its rule.
 
     Example:
         >>> rng = np.random.default_rng(0)
-        >>> vertices, rule = habit_route(np.array([1.0, 2.0]), np.array([4.0, 5.0]), hour=8.0, rng=rng)
-        >>> rule, len(vertices) in (3, 4)
-        ('E', True)
+        >>> habit_route(np.array([1.0, 2.0]), np.array([4.0, 5.0]), hour=8.0, rng=rng, p_habit=1.0)[0].tolist()
+        [[1.0, 2.0], [1.0, 5.0], [4.0, 5.0]]
+        >>> habit_route(np.array([1.0, 2.0]), np.array([4.0, 5.0]), hour=15.0, rng=rng, p_habit=1.0)[0].tolist()
+        [[1.0, 2.0], [4.0, 2.0], [4.0, 5.0]]
     """
     s, e = np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64)
-    x_axis_first, habit = rng.random() < 0.5, rng.random() < p_habit
+    habit, x_axis_first, pick = rng.random() < p_habit, rng.random() < 0.5, rng.random()
     if float(np.hypot(*(e - s))) < short_km:
         return np.stack([s, e]), "A"
-    a = 0 if x_axis_first else 1  # the axis of the first and last legs; the middle leg runs along the other one
-    lo, hi = sorted((s[a], e[a]))
-    streets = np.arange(np.ceil(lo), np.floor(hi) + 1)
-    if not len(streets):  # both ends inside one block along the axis (not a city stop): the nearest street
-        streets = np.array([np.round((lo + hi) / 2)])
     if habit:
-        early = hour < 12.0
-        turn = streets[np.argmin(np.abs(streets - (s[a] if early else e[a])))]
-        rule = "E" if early else "L"
+        rule = "E" if hour < 12.0 else "L"
+        corner = np.array([s[0], e[1]]) if rule == "E" else np.array([e[0], s[1]])
+        vertices = np.array([s, corner, e])
     else:
-        turn, rule = streets[rng.integers(len(streets))], "U"
-    p1, p2 = s.copy(), e.copy()
-    p1[a], p2[a] = turn, turn
-    vertices = np.array([s, p1, p2, e])
+        a = 0 if x_axis_first else 1  # the axis of the first and last legs; the middle leg runs along the other one
+        lo, hi = sorted((s[a], e[a]))
+        streets = np.arange(np.ceil(lo), np.floor(hi) + 1)
+        if not len(streets):  # both ends inside one block along the axis (not a city stop): the nearest street
+            streets = np.array([np.round((lo + hi) / 2)])
+        turn = streets[min(int(pick * len(streets)), len(streets) - 1)]
+        p1, p2 = s.copy(), e.copy()
+        p1[a], p2[a] = turn, turn
+        vertices, rule = np.array([s, p1, p2, e]), "U"
     keep = np.concatenate([[True], (np.diff(vertices, axis=0) != 0).any(1)])
     return vertices[keep], rule
 

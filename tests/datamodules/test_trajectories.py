@@ -315,36 +315,26 @@ def _habit_routes(start: list[float], end: list[float], hour: float, p_habit: fl
     return [habit_route(s, e, hour, np.random.default_rng(i), p_habit=p_habit) for i in range(n)]
 
 
-def test_habit_route_turns_early_before_noon_and_late_after() -> None:
-    """Check the habit: before noon the middle leg runs on the street nearest the start, from noon on the one nearest
-    the end, on either axis (the coin). Catches a swapped early/late, the wrong axis, or streets outside the span.
-
-    From (1.3, 2.4) to (4.6, 6.2): legs east-west first (middle on x = 2, 3 or 4) or north-south first (middle on
-    y = 3, 4, 5 or 6); the street nearest the start is x = 2 / y = 3, nearest the end x = 4 / y = 6."""
-    s, e = [1.3, 2.4], [4.6, 6.2]
-    expected = {
-        "E": ([s, [2, 2.4], [2, 6.2], e], [s, [1.3, 3], [4.6, 3], e]),
-        "L": ([s, [4, 2.4], [4, 6.2], e], [s, [1.3, 6], [4.6, 6], e]),
-    }
-    for rule, hour in (("E", 8.0), ("L", 12.0)):
-        seen = set()
-        for vertices, got in _habit_routes(s, e, hour, p_habit=1.0, n=20):
-            assert got == rule
-            match = [i for i, exp in enumerate(expected[rule]) if np.allclose(vertices, exp, atol=1e-12)]
-            assert match, (rule, vertices.tolist())
-            seen.add(match[0])
-        assert seen == {0, 1}  # both axes over 20 coins
-
-
-def test_habit_route_from_intersections_is_an_l_route_and_short_trips_walk() -> None:
-    """Check that between intersections the early turn is on the start's own street (an L-route, no repeated
-    vertex) and that a trip under 1.5 km is a straight walk, rule A. Catches duplicate vertices (zero-length legs)
-    and short trips routed along the streets."""
+def test_habit_route_goes_north_south_first_before_noon_and_east_west_first_after() -> None:
+    """Check the habit on stops at intersections (as the city's are): from (1, 2) to (4, 6) the route before noon is
+    the L through the corner (1, 6), from noon the L through (4, 2), with rule E / L. Catches an hour that does not
+    change the route (the two habits giving the same L-route, as an axis coin once made them), or swapped habits."""
     s, e = [1.0, 2.0], [4.0, 6.0]
-    for vertices, rule in _habit_routes(s, e, 8.0, p_habit=1.0, n=10):
-        assert rule == "E" and vertices.tolist() in ([s, [1, 6], e], [s, [4, 2], e])
-    for vertices, rule in _habit_routes([2.0, 2.0], [3.0, 3.0], 8.0, p_habit=1.0, n=5):  # 1.41 km
-        assert rule == "A" and vertices.tolist() == [[2, 2], [3, 3]]
+    for hour, rule, corner in ((8.0, "E", [1.0, 6.0]), (12.0, "L", [4.0, 2.0]), (17.5, "L", [4.0, 2.0])):
+        for vertices, got in _habit_routes(s, e, hour, p_habit=1.0, n=10):
+            assert got == rule and vertices.tolist() == [s, corner, e]
+    # with the city's p_habit the hour decides the most common route (0.8 + 0.2 × its share among the others)
+    routes = {h: [str(v.tolist()) for v, _ in _habit_routes(s, e, h, p_habit=0.8, n=400)] for h in (8.0, 15.0)}
+    morning, afternoon = str([s, [1.0, 6.0], e]), str([s, [4.0, 2.0], e])
+    assert routes[8.0].count(morning) > 300 and routes[15.0].count(afternoon) > 300
+    assert routes[8.0].count(afternoon) < 60 and routes[15.0].count(morning) < 60
+
+
+def test_habit_route_short_trips_walk() -> None:
+    """Check that a trip under 1.5 km is a straight walk, rule A, at any hour."""
+    for hour in (8.0, 15.0):
+        for vertices, rule in _habit_routes([2.0, 2.0], [3.0, 3.0], hour, p_habit=1.0, n=5):  # 1.41 km
+            assert rule == "A" and vertices.tolist() == [[2, 2], [3, 3]]
 
 
 def test_habit_route_without_habit_turns_on_every_street_between() -> None:
