@@ -7,7 +7,9 @@ or math (or worked out in comments), never by calling the functions being checke
 
 from __future__ import annotations
 
+import itertools
 import math
+import types
 
 import numpy as np
 import pytest
@@ -228,3 +230,153 @@ def test_set_scaler_refuses_max_not_above_min(hi):
     """Catches a set_scaler that accepts max == min or max < min (division by a zero or negative span)."""
     with pytest.raises(ValueError, match="max > min"):
         ProDiff(**SMALL).set_scaler(LO, hi)
+
+
+def _eps_of_t(x, t):
+    """ε̂ = 0.05 t²: depends on t, so the result depends on which timesteps the sampler visits (a constant ε̂ would
+    not: with it every eta = 0 DDIM grid lands on the same x_0)."""
+    return 0.05 * t.to(x).view(-1, 1, 1) ** 2 + torch.zeros_like(x)
+
+
+def _official_hand(x, ends, grid, ab):
+    for t, t_prev in itertools.pairwise(grid):
+        e = np.full(x.shape, 0.05 * t**2)
+        x0 = _hold((x - math.sqrt(1 - ab[t]) * e) / math.sqrt(ab[t]), ends)
+        x = _hold(math.sqrt(ab[t_prev]) * x0 + math.sqrt(1 - ab[t_prev]) * e, ends)
+    return x
+
+
+def test_official_ddim_grid_truncates_the_linspace():
+    """4 steps on T = 10: linspace(9, 0, 5) = [9, 6.75, 4.5, 2.25, 0], truncated to [9, 6, 4, 2, 0]. Catches a grid
+    rounded ([9, 7, 4, 2, 0]) or stepped on diffusers' fixed stride."""
+    T, b0, b1 = 10, 0.01, 0.2
+    diffusion = EndpointDiffusion(T, beta_start=b0, beta_end=b1)
+    ab = _alpha_bar(T, b0, b1)
+    ends_t = torch.randn(2, 3, 6, generator=torch.Generator().manual_seed(3))
+    ends = ends_t.double().numpy()
+    x_T = _hold(torch.randn(ends_t.shape, generator=torch.Generator().manual_seed(0)).double().numpy(), ends)
+    truncated = _official_hand(x_T, ends, [9, 6, 4, 2, 0], ab)
+    rounded = _official_hand(x_T, ends, [9, 7, 4, 2, 0], ab)
+    assert np.abs(truncated - rounded)[..., 1:-1].min() > 0.05  # the two grids are told apart
+    out = diffusion.sample(
+        _eps_of_t, ends_t, "ddim", 4, generator=torch.Generator().manual_seed(0), ddim_grid="official"
+    )
+    np.testing.assert_allclose(out.double().numpy(), truncated, rtol=0, atol=1e-4)
+
+
+def test_official_ddim_step_with_eta_one_matches_the_hand_formula():
+    """Two official steps (9 → 4 → 0) with η = 1: σ = η √((1 − ᾱ_prev)/(1 − ᾱ_t) · (1 − ᾱ_t/ᾱ_prev)), x_prev =
+    √ᾱ_prev x̂0 + √(1 − ᾱ_prev − σ²) ε̂ + σ z, z drawn after x_T from the same generator, one per step. Catches a
+    dropped σ z, a σ² not taken from the ε̂ coefficient, a wrong σ and z drawn from another generator."""
+    T, b0, b1 = 10, 0.01, 0.2
+    diffusion = EndpointDiffusion(T, beta_start=b0, beta_end=b1)
+    ab = _alpha_bar(T, b0, b1)
+    ends_t = torch.randn(2, 3, 6, generator=torch.Generator().manual_seed(3))
+    ends = ends_t.double().numpy()
+    g = torch.Generator().manual_seed(0)
+    draws = [torch.randn(ends_t.shape, generator=g).double().numpy() for _ in range(3)]  # x_T, z (9 → 4), z (4 → 0)
+    x = _hold(draws[0], ends)
+    e = np.full(ends.shape, 0.3)
+    for (t, t_prev), z in zip([(9, 4), (4, 0)], draws[1:]):
+        x0 = _hold((x - math.sqrt(1 - ab[t]) * e) / math.sqrt(ab[t]), ends)
+        sigma = math.sqrt((1 - ab[t_prev]) / (1 - ab[t]) * (1 - ab[t] / ab[t_prev]))
+        assert sigma > 0.05  # the noise term has teeth
+        x = _hold(math.sqrt(ab[t_prev]) * x0 + math.sqrt(1 - ab[t_prev] - sigma**2) * e + sigma * z, ends)
+    out = diffusion.sample(
+        lambda x, t: torch.full_like(x, 0.3), ends_t, "ddim", 2, eta=1.0,
+        generator=torch.Generator().manual_seed(0), ddim_grid="official",
+    )  # fmt: skip
+    np.testing.assert_allclose(out.double().numpy(), x, rtol=0, atol=1e-5)
+
+
+def test_impute_refuses_endpoints_outside_the_training_longitude_range():
+    """Catches a range check that only looks at latitude (10° of longitude beyond a 0.2° range, at either end)."""
+    model = ProDiff(**SMALL)
+    model.set_scaler(LO, HI)
+    for i, value in ((-1, HI[2] + 10.0), (0, LO[2] - 10.0)):
+        windows = _windows()
+        windows[0, 2, i] = value
+        with pytest.raises(ValueError, match="longitude"):
+            model.impute(windows, steps=1)
+
+
+def _optimizer(monkeypatch, **kwargs):
+    from lightning.pytorch import LightningModule
+
+    monkeypatch.setattr(LightningModule, "trainer", types.SimpleNamespace(estimated_stepping_batches=100))
+    model = ProDiff(**SMALL, **kwargs)
+    return model, model.configure_optimizers()["optimizer"]
+
+
+@pytest.mark.parametrize(("pce_lr", "expected"), [(None, 2e-3), (2e-4, 2e-4), (5e-4, 5e-4)])
+def test_configure_optimizers_gives_the_extractor_its_own_learning_rate(monkeypatch, pce_lr, expected):
+    """The extractor's parameters at pce_lr (lr when None), every other at lr; the groups share no parameter and
+    cover them all. Catches swapped rates, an extractor also left in the main group, a dropped parameter and a
+    pce_lr=None not falling back to lr. (``initial_lr``: the schedule scales ``lr`` by the warm-up at step 0.)"""
+    model, opt = _optimizer(monkeypatch, pce_lr=pce_lr)
+    extractor = {id(p) for p in model.pce.parameters()}
+    groups = [{id(p) for p in g["params"]} for g in opt.param_groups]
+    assert len(groups) == 2 and not groups[0] & groups[1]
+    assert sum(len(g["params"]) for g in opt.param_groups) == len(list(model.parameters()))
+    assert set().union(*groups) == {id(p) for p in model.parameters()}
+    (pce,) = [g for g, ids in zip(opt.param_groups, groups) if ids == extractor]
+    (rest,) = [g for g, ids in zip(opt.param_groups, groups) if ids != extractor]
+    assert pce["initial_lr"] == pytest.approx(expected, rel=1e-12)
+    assert rest["initial_lr"] == pytest.approx(2e-3, rel=1e-12)
+    assert model.hparams.pce_lr == pce_lr
+
+
+def test_configure_optimizers_diff_mask_has_one_group(monkeypatch):
+    """Diff+Mask (no extractor): one group of every parameter at lr."""
+    model, opt = _optimizer(monkeypatch, prototypes=False)
+    assert len(opt.param_groups) == 1
+    assert {id(p) for p in opt.param_groups[0]["params"]} == {id(p) for p in model.parameters()}
+    assert opt.param_groups[0]["initial_lr"] == pytest.approx(2e-3, rel=1e-12)
+
+
+@pytest.mark.parametrize("eta", [2.0, -1.0, 1.0001, float("nan")])
+def test_eta_outside_0_1_is_refused(eta):
+    """Catches a missing eta check: eta = 2 makes √(1 − ᾱ_prev − σ²) NaN and returned silently; eta < 0 is no
+    DDIM. Both impute and the sampler itself refuse it."""
+    model = ProDiff(**SMALL)
+    model.set_scaler(LO, HI)
+    with pytest.raises(ValueError, match=r"eta.*\[0, 1\]"):
+        model.impute(_windows(), steps=3, eta=eta)
+    with pytest.raises(ValueError, match=r"eta.*\[0, 1\]"):
+        EndpointDiffusion(10).sample(lambda x, t: torch.zeros_like(x), torch.zeros(1, 3, 6), steps=3, eta=eta)
+
+
+def test_eta_at_the_bounds_is_accepted():
+    """η = 0 and η = 1 are valid (a check written as 0 < η < 1 would refuse them)."""
+    for eta in (0.0, 1.0):
+        out = EndpointDiffusion(10).sample(lambda x, t: torch.zeros_like(x), torch.zeros(1, 3, 6), steps=3, eta=eta)
+        assert torch.isfinite(out).all()
+
+
+def _bad_windows():
+    wrong_k = torch.rand(2, 3, 5)
+    two_channels = torch.rand(2, 2, 6)
+    flat = torch.rand(3, 6)
+    nan_end = torch.rand(2, 3, 6)
+    nan_end[1, 2, -1] = float("nan")
+    return [
+        (wrong_k, r"\[B, 3, 6\].*got \[2, 3, 5\]"),
+        (two_channels, r"\[B, 3, 6\].*got \[2, 2, 6\]"),
+        (flat, r"\[B, 3, 6\].*got \[3, 6\]"),
+        (nan_end, "NaN"),
+    ]
+
+
+def test_baselines_refuse_windows_of_another_shape_or_nan_endpoints():
+    """Catches EndpointNeighbours and EndpointRegressor.impute taking windows of another k (a broadcast error, or a
+    silent answer), of other than 3 channels, or with NaN endpoints."""
+    from zoo.models.prodiff.baselines import EndpointNeighbours, EndpointRegressor
+
+    train = torch.rand(10, 3, 6).double()
+    neighbours = EndpointNeighbours(train, n_neighbours=2)
+    regressor = EndpointRegressor(k=6, width=4, depth=1)
+    for impute in (neighbours, regressor.impute):
+        assert impute(train[:2]).shape == (2, 3, 6)
+        for windows, message in _bad_windows():
+            with pytest.raises(ValueError, match=message):
+                impute(windows)

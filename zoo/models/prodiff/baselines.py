@@ -93,6 +93,14 @@ class PrototypeLookup:
         return hold_endpoints(out, windows.to(out))
 
 
+def _check_windows(windows: Tensor, k: int) -> None:
+    """Refuse windows that are not [B, 3, k] (hours, latitude, longitude) or whose endpoints are not finite."""
+    if windows.ndim != 3 or windows.shape[1] != 3 or windows.shape[2] != k:
+        raise ValueError(f"windows must be [B, 3, {k}] (the training k = {k}), got {list(windows.shape)}")
+    if not torch.isfinite(windows[..., [0, -1]]).all():
+        raise ValueError("windows: the endpoints hold NaN or infinite values")
+
+
 def _endpoint_features(windows: Tensor, lo: Tensor, hi: Tensor) -> Tensor:
     """The two endpoints' (hours, latitude, longitude), min-max scaled per channel: [B, 6]."""
     ends = (windows[..., [0, -1]].double() - lo.view(1, 3, 1)) / (hi - lo).clamp_min(1e-12).view(1, 3, 1)
@@ -125,12 +133,14 @@ class EndpointNeighbours:
                 f"n_neighbours must be in [1, {len(train_windows)}] (the training windows), got {n_neighbours}"
             )
         train = train_windows.double()
+        self.k = train.shape[-1]
         self.lo, self.hi = train.amin((0, 2)), train.amax((0, 2))
         self.offsets = (train - linear_interpolation(train)).numpy()
         self.index = NearestNeighbors(n_neighbors=n_neighbours).fit(_endpoint_features(train, self.lo, self.hi).numpy())
 
     def __call__(self, windows: Tensor) -> Tensor:
         """Imputed raw windows [B, 3, k] (float64), endpoints equal to the given ones."""
+        _check_windows(windows, self.k)
         raw = windows.double().cpu()
         _, idx = self.index.kneighbors(_endpoint_features(raw, self.lo, self.hi).numpy())
         return linear_interpolation(raw) + torch.from_numpy(self.offsets[idx].mean(1))
@@ -256,6 +266,7 @@ class EndpointRegressor(nn.Module):
     @torch.no_grad()
     def impute(self, windows: Tensor) -> Tensor:
         """Imputed raw windows [B, 3, k] (float64), endpoints equal to the given ones."""
+        _check_windows(windows, self.k)
         raw = windows.double().cpu()
         unit = (raw - self.lo.view(1, 3, 1)) / (self.hi - self.lo).view(1, 3, 1)
         out = linear_interpolation(unit)

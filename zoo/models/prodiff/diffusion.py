@@ -90,6 +90,8 @@ class EndpointDiffusion:
             raise ValueError(f"sampler must be 'ddpm' or 'ddim', got {sampler!r}")
         if ddim_grid not in ("trailing", "official"):
             raise ValueError(f"ddim_grid must be 'trailing' or 'official', got {ddim_grid!r}")
+        if not 0 <= eta <= 1:  # also refuses NaN; above 1 diffusers' DDIM step returns NaN
+            raise ValueError(f"eta (the DDIM noise scale) must be in [0, 1], got {eta}")
         steps = self.num_timesteps if sampler == "ddpm" or steps is None else steps
         if not 1 <= steps <= self.num_timesteps:
             raise ValueError(f"steps must be in [1, {self.num_timesteps}] (the training timesteps T), got {steps}")

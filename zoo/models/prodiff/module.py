@@ -75,10 +75,11 @@ class ProDiff(ZooModule):
         kmeans_memory: batches of features the K-means refits on.
         lr: AdamW learning rate (default 2e-3; the official 2e-4 leaves the card's short runs undertrained: after
             1500 steps on the city's first version, TC@0.5km 0.15 against 0.32 at 1e-3 and linear's 0.49).
-        pce_lr: the prototype extractor's learning rate (default 2e-4, the official rate; ``None``: ``lr``). At the
-            denoiser's 2e-3 the cluster cross-entropy L_C1 collapses the extractor: on the city's seed 0, after 1000
-            steps every full window's feature has cosine 1.00000 to their mean and one prototype is nearest to all;
-            with the extractor at 2e-4, cosine 0.56 and all 8 prototypes in use (without L_C1 at 2e-3: 0.95).
+        pce_lr: the prototype extractor's learning rate (default 2e-4, the official rate; ``None``: ``lr``). The
+            denoiser's 10× rate collapses the extractor and L_C1 makes the collapse complete (city, seed 0, 1000
+            steps; features' cosine to their mean, prototypes nearest to some feature): all at 2e-3, 1.00000 and 1;
+            without L_C1 at 2e-3, 0.952 and 1; without L_C2, 0.99999 and 1; all at 2e-4, 0.493 and 7; the extractor
+            alone at 2e-4 (the rest 2e-3), 0.560 and 8.
         weight_decay: AdamW weight decay.
         warmup_steps: linear warm-up from lr / warmup_steps, then cosine decay (per step).
         sampler: ``"ddim"`` or ``"ddpm"`` for validation, test and ``impute``.
