@@ -51,6 +51,8 @@ def test_entry_creates_and_runs_on_its_data(name: str) -> None:
         model.set_candidates(batch[: model.hparams.num_candidates])
     if hasattr(model, "fit_views"):  # clustering models fit the batch first (their forward labels fitted clusters)
         model.fit_views(batch[0])
+    if hasattr(model, "fit_scaler"):  # imputers that refuse an unset scaler take the batch's raw min and max
+        model.fit_scaler(batch[-1])
     out = model.eval()(batch)
     outputs = out.values() if isinstance(out, dict) else [out]
     assert all(torch.isfinite(o).all() for o in outputs)

@@ -253,6 +253,12 @@ class ProDiff(ZooModule):
         out = self.unscale(scaled, (lo, hi))
         return hold_endpoints(out, windows.to(out))
 
+    def fit_scaler(self, windows: Tensor) -> None:
+        """Set the global scaler to the per-channel min and max of raw ``windows`` [B, 3, k] (a fit copies the
+        DataModule's training-split scaler instead)."""
+        _check_windows(windows, self.hparams.k)
+        self.set_scaler(windows.double().amin((0, 2)), windows.double().amax((0, 2)))
+
     def set_scaler(self, data_min: Sequence[float] | Tensor, data_max: Sequence[float] | Tensor) -> None:
         """Set the global scaler's per-channel (hours, latitude, longitude) minimum and maximum, e.g. from a
         DataModule's ``scaler`` (a fit does this itself)."""
@@ -331,7 +337,10 @@ class ProDiff(ZooModule):
         prototypes, features, matched = self.condition(x0)
         terms: dict[str, Tensor] = {}
         if prototypes is not None:
-            labels = self.kmeans.update(features, generator=generator)
+            # K-means draws its initial centres only when it has none (a loaded model): from a generator of its own,
+            # so that t and ε below do not depend on whether the model was loaded or trained in this process.
+            km_generator = None if generator is None else torch.Generator().manual_seed(generator.initial_seed() + 1)
+            labels = self.kmeans.update(features, generator=km_generator)
             centers = self.kmeans.centers if hp.matched_labels else None
             terms["cluster_ce"] = cluster_consistency_loss(features, prototypes, labels, centers)
             terms["triplet"] = prototype_triplet_loss(features, prototypes, hp.margin)
