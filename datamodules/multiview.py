@@ -30,14 +30,8 @@ from zoo.datamodules.checks import check_finite
 __all__ = ["MultiViewDataModule", "MultiViews", "digits_views", "load_mat_views", "synthetic_views", "unequal_views"]
 
 
-def synthetic_views(
-    n_per: int = 300,
-    n_clusters: int = 5,
-    dims: tuple[int, ...] = (10, 15),
-    noise_dim: int = 200,
-    corrupt: float = 0.1,
-    seed: int = 0,
-) -> tuple[list[Tensor], Tensor]:
+def synthetic_views(n_per: int = 300, n_clusters: int = 5, dims: tuple[int, ...] = (10, 15), noise_dim: int = 200,
+                    corrupt: float = 0.1, seed: int = 0) -> tuple[list[Tensor], Tensor]:
     """The card's views ``[n, d_v]`` and labels ``[n]``: means N(0, 1.2^2 I), unit noise, a ``corrupt`` fraction of
     view 1 gets +4 N(0, I), and a ``noise_dim``-d pure-noise view (omitted when 0).
 
@@ -126,10 +120,8 @@ def load_mat_views(path: str | Path) -> tuple[list[Tensor], Tensor]:
     mat = _read_mat(path)
     key = next((k for k in ("Y", "gt", "truth", "y") if k in mat), None)
     if "X" not in mat or key is None:
-        raise ValueError(
-            f"{path}: expected variables X (cell array of views) and Y/gt/truth, found "
-            f"{sorted(k for k in mat if not k.startswith('__'))}"
-        )
+        raise ValueError(f"{path}: expected variables X (cell array of views) and Y/gt/truth, found "
+                         f"{sorted(k for k in mat if not k.startswith('__'))}")
     y = np.asarray(mat[key]).ravel()
     n = len(y)
     if n == 0:

@@ -392,13 +392,8 @@ class PreferenceDataModule(BatchedDataModule):
         super().__init__()
         check_choice("source", source, ("arena", "jsonl", "parquet"))
         check_choice("population", population, ("arena", "shifted"))
-        for name, value, low in (
-            ("num_llms", num_llms, 2),
-            ("comparisons_per_pair", comparisons_per_pair, 1),
-            ("dim", dim, 2),
-            ("batch_size", batch_size, 1),
-            ("num_workers", num_workers, 0),
-        ):
+        for name, value, low in (("num_llms", num_llms, 2), ("comparisons_per_pair", comparisons_per_pair, 1),
+                                 ("dim", dim, 2), ("batch_size", batch_size, 1), ("num_workers", num_workers, 0)):
             check_range(name, value, low=low, integer=True)  # fmt: skip
         check_range("holdout_llm", holdout_llm, low=0, integer=True, optional=True)
         check_range("val_fraction", val_fraction, 0, 1, high_open=True)

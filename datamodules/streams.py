@@ -106,9 +106,7 @@ def make_benchmark_stream(kind: str, n: int = 4000, seed: int = 0) -> tuple[Tens
         (torch.Size([500, 6]), torch.int64)
     """
     if kind not in BENCHMARK_KINDS:
-        raise ValueError(
-            f"Expected argument `kind` to be one of {', '.join(map(repr, BENCHMARK_KINDS))}, but got {kind!r}."
-        )
+        raise ValueError(f"Expected argument `kind` to be one of {', '.join(map(repr, BENCHMARK_KINDS))}, but got {kind!r}.")
     if kind == "drift":
         return make_drifting_stream(n=n, seed=seed)
     g = torch.Generator().manual_seed(seed)

@@ -240,9 +240,7 @@ class SynLangDataModule(BatchedDataModule):
     ) -> None:
         super().__init__()
         if (texts is None) != (tokenizer is None):
-            raise ValueError(
-                "give both `texts` (a document file) and `tokenizer` (its Hugging Face tokenizer), or neither"
-            )
+            raise ValueError("give both `texts` (a document file) and `tokenizer` (its Hugging Face tokenizer), or neither")
         self.save_hyperparameters()
         self.language = SynLang(seed=language_seed)
 
