@@ -17,10 +17,16 @@ Phase = tuple[str, int, tuple[int, int], int]  # (stage, scale, timestep range, 
 class TimestepExpertsSchedule(Callback):
     """Run the LoRA timestep experts' schedule on a module with ``set_phase`` (``zoo.models.tsm.TSMDiffusion``).
 
-    Stage 1 (fostering): for each scale n_j, finest first, each of its n_j experts trains for
-    ``steps_per_scale // n_j`` steps on timesteps drawn inside its own interval (the integers the routing sends to it:
-    [⌈i·T/n_j⌉, ⌈(i+1)·T/n_j⌉)), so every scale gets the same budget and every timestep region the same number of
-    steps. Stage 2 (assembling): the experts are
+    Stage 1 (fostering): for each scale n_j, finest first, each of its n_j experts trains on timesteps drawn inside its
+    own interval (the integers the routing sends to it: [⌈i·T/n_j⌉, ⌈(i+1)·T/n_j⌉)), for one of two budgets:
+
+    * ``steps_per_expert`` (the paper's recipe: every expert trains as long as one LoRA would): each expert that
+      many steps, so scale j costs n_j times as much as one LoRA;
+    * ``steps_per_scale`` (the TSM card's §6 budget, used when ``steps_per_expert`` is None): each expert
+      ``steps_per_scale // n_j`` steps, so every scale gets the same budget and every timestep region as many samples
+      as one LoRA of ``steps_per_scale`` steps gives it.
+
+    Stage 2 (assembling): the experts are
     frozen and the router trains for ``router_steps`` steps on timesteps over [0, T). At each switch the optimiser is
     rebuilt from the module's ``configure_optimizers`` (fresh AdamW state: an expert that stops training is not moved
     on by momentum). Training stops when the schedule ends; the module is left assembled (with ``router_steps=0`` the
@@ -31,7 +37,8 @@ class TimestepExpertsSchedule(Callback):
     says which ran.
 
     Args:
-        steps_per_scale: optimiser steps per scale in stage 1.
+        steps_per_scale: optimiser steps per scale in stage 1 (when ``steps_per_expert`` is None).
+        steps_per_expert: optimiser steps per expert in stage 1 (None: ``steps_per_scale // n_j``).
         router_steps: optimiser steps of stage 2 (0: no assembling).
         scales: the module's scales to foster, by index (None: all).
 
@@ -41,12 +48,23 @@ class TimestepExpertsSchedule(Callback):
         [('foster', 0, (0, 250), 2), ('foster', 0, (250, 500), 2), ('foster', 0, (500, 750), 2)]
         >>> schedule.total_steps((4, 2, 1), 1000)
         27
+        >>> TimestepExpertsSchedule(steps_per_expert=8, router_steps=3).total_steps((4, 2, 1), 1000)  # 7 × 8 + 3
+        59
     """
 
-    def __init__(self, steps_per_scale: int = 800, router_steps: int = 300, scales: list[int] | None = None) -> None:
+    def __init__(
+        self,
+        steps_per_scale: int = 800,
+        router_steps: int = 300,
+        scales: list[int] | None = None,
+        steps_per_expert: int | None = None,
+    ) -> None:
         if steps_per_scale < 1 or router_steps < 0:
             raise ValueError(f"steps_per_scale must be ≥ 1 and router_steps ≥ 0, got {steps_per_scale}, {router_steps}")
+        if steps_per_expert is not None and steps_per_expert < 1:
+            raise ValueError(f"steps_per_expert must be ≥ 1 or None, got {steps_per_expert}")
         self.steps_per_scale, self.router_steps, self.scales = steps_per_scale, router_steps, scales
+        self.steps_per_expert = steps_per_expert
         self._phases: list[Phase] = []
         self._starts: list[int] = []
         self._current = -1
@@ -57,12 +75,13 @@ class TimestepExpertsSchedule(Callback):
         for j, n in enumerate(scales):
             if self.scales is not None and j not in self.scales:
                 continue
-            if self.steps_per_scale < n:
+            if self.steps_per_expert is None and self.steps_per_scale < n:
                 raise ValueError(
                     f"steps_per_scale={self.steps_per_scale} leaves no step for the {n} experts of scale {j}"
                 )
+            steps = self.steps_per_expert or self.steps_per_scale // n
             for bounds in interval_bounds(n, num_timesteps):
-                out.append(("foster", j, bounds, self.steps_per_scale // n))
+                out.append(("foster", j, bounds, steps))
         if self.router_steps and len(scales) > 1:
             out.append(("assemble", 0, (0, num_timesteps), self.router_steps))
         return out

@@ -4,8 +4,10 @@ its buckets, DDIM sampling, the EMA copy (also with timestep experts), and start
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 import torch
 from lightning import Trainer
@@ -87,8 +89,8 @@ def quiet_trainer(**kwargs) -> Trainer:
 
 # ------------------------------------------------------------------------------------------------ construction
 def test_bad_mode_is_refused() -> None:
-    """Check that an unknown mode raises a ValueError naming the three modes."""
-    with pytest.raises(ValueError, match="'pretrain', 'lora' or 'tsm'"):
+    """Check that an unknown mode raises a ValueError naming the modes."""
+    with pytest.raises(ValueError, match=r"mode must be 'pretrain', 'lora', .*'tsm', got 'tsm_foster'"):
         TSMDiffusion(mode="tsm_foster")
 
 
@@ -106,6 +108,66 @@ def test_forward_checks_the_image_shape_and_the_timesteps() -> None:
         for t in (torch.tensor([-1, 5]), torch.tensor([5, 1000]), 1000):
             with pytest.raises(ValueError, match=r"timesteps must lie in \[0, 1000\)"):
                 model(x, t)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_nan_or_inf_images_are_refused_with_one_line(bad: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Check that NaN / inf in the noisy images (forward), the clean images (loss, training_step, validation and test
+    steps) or the noise (loss) raise a one-line ValueError naming what holds them."""
+    model = tsm("pretrain").eval()
+    no_log(model, monkeypatch)
+    x = images(2)
+    x[1, 0, 3, 4] = bad
+    t, clean = torch.tensor([10, 900]), images(2)
+    with torch.no_grad():
+        with pytest.raises(ValueError, match=r"^images x contain NaN or inf$"):
+            model(x, t)
+        for call in (
+            lambda: model.loss(x, t, torch.randn_like(x)),
+            lambda: model.training_step((x, torch.zeros(2)), 0),
+            lambda: model.validation_step((x, torch.zeros(2)), 0),
+            lambda: model.test_step((x, torch.zeros(2)), 0),
+        ):
+            with pytest.raises(ValueError, match=r"^clean images x0 contain NaN or inf$"):
+                call()
+        with pytest.raises(ValueError, match=r"^noise contains NaN or inf$"):
+            model.loss(clean, t, x)
+
+
+def test_a_timestep_count_other_than_one_or_the_batch_is_refused() -> None:
+    """Check that 3 timesteps for 2 images raise a ValueError naming both counts (not torch's expand / broadcast
+    error), in forward and in loss."""
+    model = tsm("pretrain").eval()
+    x, t = images(2), torch.tensor([10, 500, 900])
+    with torch.no_grad():
+        with pytest.raises(ValueError, match="got 3 timesteps for a batch of 2 images"):
+            model(x, t)
+        with pytest.raises(ValueError, match="got 3 timesteps for a batch of 2 images"):
+            model.loss(x, t, torch.randn_like(x))
+        assert model.loss(x, torch.tensor([500]), torch.randn_like(x)).shape == (2,)  # one t: broadcast
+
+
+def test_clean_images_outside_minus_one_one_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Check that 0..255 pixels (float or uint8) are refused where x0 are clean images (loss, training_step,
+    validation / test steps) with how to rescale, that a rounding overshoot of 1e-4 passes, and that forward (whose
+    input is a noisy image) accepts values beyond [-1, 1]."""
+    model = tsm("pretrain").eval()
+    no_log(model, monkeypatch)
+    pixels = (images(2) + 1) * 127.5
+    t = torch.tensor([10, 900])
+    with torch.no_grad():
+        for call in (
+            lambda: model.loss(pixels, t, torch.randn_like(pixels)),
+            lambda: model.training_step((pixels, torch.zeros(2)), 0),
+            lambda: model.validation_step((pixels, torch.zeros(2)), 0),
+            lambda: model.test_step((pixels, torch.zeros(2)), 0),
+        ):
+            with pytest.raises(ValueError, match=r"must lie in \[-1, 1\], got 0…255: rescale .* x0 / 127\.5 - 1"):
+                call()
+        with pytest.raises(ValueError, match=r"must be floating point in \[-1, 1\], got torch\.uint8"):
+            model.training_step((pixels.round().to(torch.uint8), torch.zeros(2)), 0)
+        assert model.loss(images(2).clamp(-1, 1) * 1.0001, t, torch.randn(2, 1, 8, 8)).shape == (2,)
+        assert model(3 * images(2), t).shape == (2, 1, 8, 8)
 
 
 def test_pretrain_trains_every_unet_weight() -> None:
@@ -282,6 +344,77 @@ def test_test_mse_is_deterministic_and_the_mean_of_its_buckets() -> None:
     assert buckets == pytest.approx(mse.mean(1).view(4, 5).mean(1).tolist(), rel=1e-5)
 
 
+# The denoising MSE from the formulas, independent of diffusers' scheduler and of the module's loss.
+def alphas_cumprod_by_hand(T: int = 1000) -> np.ndarray:  # noqa: N803
+    """ᾱ_t of the cosine schedule (diffusers' ``squaredcos_cap_v2``) in float64: ᾱ(s) = cos²((s + 0.008) / 1.008 · π/2),
+    β_t = min(1 − ᾱ((t + 1) / T) / ᾱ(t / T), 0.999), ᾱ_t = Π_{i ≤ t} (1 − β_i)."""
+
+    def alpha_bar(s: np.ndarray) -> np.ndarray:
+        return np.cos((s + 0.008) / 1.008 * np.pi / 2) ** 2
+
+    t = np.arange(T, dtype=np.float64)
+    beta = np.minimum(1 - alpha_bar((t + 1) / T) / alpha_bar(t / T), 0.999)
+    return np.cumprod(1 - beta)
+
+
+def mse_by_hand(model: TSMDiffusion, x0: Tensor, t: Tensor, noise: Tensor) -> Tensor:
+    """Per-sample ‖ε − ε_θ(x_t, t)‖² / D with x_t = √ᾱ_t x0 + √(1 − ᾱ_t) ε built here and the UNet called directly."""
+    a = torch.from_numpy(alphas_cumprod_by_hand()[t.numpy()]).view(-1, 1, 1, 1)
+    x_t = (a.sqrt() * x0.double() + (1 - a).sqrt() * noise.double()).float()
+    with torch.no_grad():
+        eps = model.unet(x_t, t).sample
+    return ((eps - noise) ** 2).flatten(1).mean(1)
+
+
+def test_the_cosine_schedule_is_the_formula_with_its_closed_form_ends() -> None:
+    """Check ᾱ by the formula against the model's scheduler, and the formula at both ends against closed forms:
+    (t + 0.008) / 1.008 · π/2 is π/252 at t = 0 and the product telescopes, so ᾱ_0 = cos²(π/224) / cos²(π/252); only
+    β_999 is clipped (ᾱ(1) = 0), so ᾱ_999 = 0.001 · ᾱ(0.999) / ᾱ(0) = 0.001 · sin²(π/2016) / cos²(π/252) ≈ 2.43e-9."""
+    by_hand = alphas_cumprod_by_hand()
+    assert by_hand[0] == pytest.approx(math.cos(math.pi / 224) ** 2 / math.cos(math.pi / 252) ** 2, rel=1e-12)
+    assert by_hand[999] == pytest.approx(0.001 * math.sin(math.pi / 2016) ** 2 / math.cos(math.pi / 252) ** 2, rel=1e-9)
+    assert by_hand[0] == pytest.approx(0.99995872, rel=1e-8) and by_hand[999] == pytest.approx(2.42877e-9, rel=1e-5)
+    scheduler = tsm("pretrain").scheduler.alphas_cumprod.double().numpy()  # float32 products: ~1e-5 relative
+    np.testing.assert_allclose(scheduler, by_hand, rtol=3e-5, atol=0)
+
+
+@pytest.mark.parametrize("mode", ["pretrain", "tsm"])
+def test_loss_is_the_denoising_mse_built_by_hand(mode: str) -> None:
+    """Check model.loss against x_t = √ᾱ_t x0 + √(1 − ᾱ_t) ε with ᾱ from the formula, one t per sample (both ends
+    and two inside), the UNet called directly; a scalar t is the same as that t for every sample."""
+    model = tsm(mode).eval()
+    if mode == "tsm":
+        randomise_adapters(model)
+        model.set_phase("foster", scale=0)  # per-sample experts: each sample's own interval
+    x0, t = images(4), torch.tensor([0, 250, 640, 999])
+    noise = torch.randn(x0.shape, generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        got = model.loss(x0, t, noise)
+        torch.testing.assert_close(got, mse_by_hand(model, x0, t, noise), rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(model.loss(x0, torch.tensor(640), noise), model.loss(x0, t.fill_(640), noise))
+    assert got.shape == (4,)
+
+
+def test_grid_mse_and_the_logged_buckets_are_the_denoising_mse_by_hand() -> None:
+    """Check grid_mse and test_step's test/mse and test/mse_bucket{k} against the MSE by hand on t = 25, 75, …, 975
+    with the same seeded draw of noise, bucket k the mean over the grid points with t in [250 k, 250 (k + 1))."""
+    model = tsm("pretrain")
+    dm = DomainShiftDataModule("target", batch_size=16)
+    logged = quiet_trainer(limit_test_batches=1).test(model, dm, verbose=False)[0]
+    x0 = dm.test_set.tensors[0][:16]
+    grid = list(range(25, 1000, 50))
+    noise = torch.randn((len(grid), *x0.shape), generator=torch.Generator().manual_seed(0))  # seed 0, batch 0
+    by_hand = torch.stack([mse_by_hand(model.eval(), x0, torch.full((16,), t), n) for t, n in zip(grid, noise)])
+    with torch.no_grad():
+        got = model.grid_mse(x0, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(got, by_hand, rtol=1e-5, atol=1e-7)
+    for k in range(4):
+        rows = [i for i, t in enumerate(grid) if 250 * k <= t < 250 * (k + 1)]
+        assert len(rows) == 5
+        assert logged[f"test/mse_bucket{k}"] == pytest.approx(float(by_hand[rows].mean()), rel=1e-5), k
+    assert logged["test/mse"] == pytest.approx(float(by_hand.mean()), rel=1e-5)
+
+
 def test_sample_shape_range_and_seed() -> None:
     """Check that sample(n, steps) returns (n, 1, 8, 8) in [-1, 1], the same images for the same generator seed."""
     model = tsm("pretrain").eval()
@@ -401,34 +534,3 @@ def test_a_tsm_model_starts_assembled_and_refuses_to_fit_without_a_phase() -> No
     trainer = Trainer(max_steps=1, logger=False, enable_progress_bar=False, enable_checkpointing=False)
     with pytest.raises(RuntimeError, match="TimestepExpertsSchedule"):
         trainer.fit(model, DomainShiftDataModule("target", batch_size=16))
-
-
-def test_reproduction_stage_two_arms_start_from_the_same_fostered_experts(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Check the reproduction's compute-matched stand-in: ``tsm_2stage`` and ``tsm_core_more`` both start from the
-    seed's TSM-1stage weights; the router arm changes only the router, the core arm only the finest scale's experts
-    (its router stays zero, so it is evaluated as core only), and both count the same steps."""
-    from zoo.models.tsm import reproduce
-
-    states: dict[str, dict[str, Tensor]] = {}
-    current: list[str] = []
-
-    def record(model: TSMDiffusion, dm: DomainShiftDataModule) -> dict[str, float]:
-        states[current[-1]] = {k: v.detach().clone() for k, v in model.unet.state_dict().items()}
-        return {"mse": 0.0}
-
-    monkeypatch.setattr(reproduce, "_test", record)
-    monkeypatch.setattr(reproduce, "_mean_gate", lambda model, dm: 0.0)
-    base = {k: v.clone() for k, v in tsm("pretrain").unet.state_dict().items()}
-    arms = reproduce._Arms(base, steps=4, router_steps=2)
-    for arm in ("tsm_1stage", "tsm_2stage", "tsm_core_more"):
-        current.append(arm)
-        arms(arm, seed=0)
-    fostered, routed, core = states["tsm_1stage"], states["tsm_2stage"], states["tsm_core_more"]
-
-    def changed(state: dict[str, Tensor]) -> set[str]:
-        return {k for k in fostered if not torch.equal(state[k], fostered[k])}
-
-    assert changed(routed) and all(".router." in k or ".time_gate." in k for k in changed(routed))
-    assert changed(core) and all(k.endswith(("lora_A.0", "lora_B.0")) for k in changed(core))
-    assert all(not v.any() for k, v in core.items() if ".router." in k or ".time_gate." in k)
-    assert arms.static["tsm_2stage/steps"] == arms.static["tsm_core_more/steps"] == 3 * 4 + 2

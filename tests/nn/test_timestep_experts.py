@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from diffusers import UNet2DModel
-from torch import nn
+from torch import Tensor, nn
+from torch.nn import functional as F  # noqa: N812
 
 from zoo.nn.timestep_experts import (
     TimestepExpertsConv2d,
@@ -170,6 +173,104 @@ def test_a_peft_lora_adapter_loads_into_its_expert_slot() -> None:
         torch.testing.assert_close(unet(x, outside).sample, _unet()(x, outside).sample, rtol=0, atol=0)
     with pytest.raises(KeyError, match="no unique peft LoRA"):
         load_peft_expert(experts, {}, 0, 0)
+
+
+# ------------------------------------------------------------------------------------------------ LoRA scaling pinned
+# These tests never read ``layer.scaling``: the expected update uses peft's own layers or the literal α / r, so that a
+# scaling computed the wrong way round (r / α) cannot cancel out of both sides.
+class _TwoLayers(nn.Module):
+    """A Linear on tokens and a 3×3 Conv2d on an image: peft's two LoRA forms (matmul; conv A then 1×1 B)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(6, 5)
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, tokens: Tensor, image: Tensor) -> tuple[Tensor, Tensor]:
+        return self.lin(tokens), self.conv(image)
+
+
+def _peft_two_layers(alpha: float) -> nn.Module:
+    """peft LoRA (r = 4, ``lora_alpha`` = alpha) on both layers, with non-zero random B."""
+    from peft import LoraConfig, inject_adapter_in_model
+
+    torch.manual_seed(0)
+    model = inject_adapter_in_model(LoraConfig(r=4, lora_alpha=alpha, target_modules=["lin", "conv"]), _TwoLayers())
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(0.3 * torch.randn(p.shape, generator=g))
+    return model.eval()
+
+
+# (α, α / r written out for r = 4), (scales, the scale fostered, its interval, timesteps inside that interval)
+SCALINGS = [(8.0, 2.0), (2.0, 0.5)]
+SLOTS = [((1,), 0, 0, [0, 999]), ((4, 2, 1), 0, 2, [500, 749]), ((4, 2, 1), 1, 1, [500, 999])]
+
+
+@pytest.mark.parametrize("how", ["copy", "load_peft_expert", "load_peft_expert_alpha_1"])
+@pytest.mark.parametrize(("scales", "scale", "interval", "inside"), SLOTS)
+@pytest.mark.parametrize(("alpha", "scaling"), SCALINGS)
+def test_an_expert_with_peft_lora_weights_gives_peft_lora_output(
+    alpha: float, scaling: float, scales: tuple[int, ...], scale: int, interval: int, inside: list[int], how: str
+) -> None:
+    """Check that a Linear / 3×3 Conv2d expert holding a peft LoRA's A and B, with the same α and r, gives peft's
+    output: A and B copied as they are (the expert must scale by α / r itself) or through ``load_peft_expert`` with
+    ``peft_scaling`` = α / r, also into experts of another α (1: B must be rescaled by (α / r) / (1 / r))."""
+    from peft import get_peft_model_state_dict
+
+    peft_model = _peft_two_layers(alpha)
+    assert peft_model.lin.scaling["default"] == scaling  # peft's own α / r, the number the expert must match
+    own_alpha = 1.0 if how == "load_peft_expert_alpha_1" else alpha
+    experts = {
+        "lin": TimestepExpertsLinear(copy.deepcopy(peft_model.lin.base_layer), scales, rank=4, alpha=own_alpha),
+        "conv": TimestepExpertsConv2d(copy.deepcopy(peft_model.conv.base_layer), scales, rank=4, alpha=own_alpha),
+    }
+    if how == "copy":
+        with torch.no_grad():
+            for name, layer in experts.items():
+                peft_layer = getattr(peft_model, name)
+                b = peft_layer.lora_B["default"].weight
+                layer.lora_A[scale][interval].copy_(peft_layer.lora_A["default"].weight)
+                layer.lora_B[scale][interval].copy_(b.reshape(b.shape[0], -1))
+    else:
+        state = get_peft_model_state_dict(peft_model)
+        assert load_peft_expert(experts, state, scale=scale, interval=interval, peft_scaling=scaling) == 2
+    tokens, image = torch.randn(2, 3, 6), torch.randn(2, 3, 7, 7)
+    with torch.no_grad():
+        want_lin, want_conv = peft_model(tokens, image)
+        for layer in experts.values():
+            layer.set_stage("foster", scale)
+            layer.timesteps = torch.tensor(inside)
+        torch.testing.assert_close(experts["lin"](tokens), want_lin, rtol=0, atol=1e-6)
+        torch.testing.assert_close(experts["conv"](image), want_conv, rtol=0, atol=1e-6)
+        assert not torch.allclose(want_lin, peft_model.lin.base_layer(tokens))  # the LoRA does act
+
+
+@pytest.mark.parametrize(("alpha", "scaling"), SCALINGS)
+def test_fostered_experts_are_lora_by_hand_with_the_literal_scaling(alpha: float, scaling: float) -> None:
+    """Check y = W x + b + (α / r) · B_i A_i x, with α / r written out and the expert i of each sample written out
+    (t = 0, 249, 250, 999 with 4 intervals: 0, 0, 1, 3), by explicit matmuls and ``F.conv2d``."""
+    torch.manual_seed(0)
+    lin = TimestepExpertsLinear(nn.Linear(6, 5), scales=(4,), rank=4, alpha=alpha)
+    conv = TimestepExpertsConv2d(nn.Conv2d(3, 4, 3, padding=1), scales=(4,), rank=4, alpha=alpha)
+    g = torch.Generator().manual_seed(4)
+    t, index = torch.tensor([0, 249, 250, 999]), [0, 0, 1, 3]
+    tokens, image = torch.randn(4, 3, 6), torch.randn(4, 3, 7, 7)
+    with torch.no_grad():
+        for layer in (lin, conv):
+            layer.lora_B[0].copy_(0.3 * torch.randn(layer.lora_B[0].shape, generator=g))
+            layer.timesteps = t
+        got_lin, got_conv = lin(tokens), conv(image)
+        for b, i in enumerate(index):
+            a, bb = lin.lora_A[0][i], lin.lora_B[0][i]  # (r, k), (d, r)
+            want = tokens[b] @ lin.base.weight.T + lin.base.bias + scaling * ((tokens[b] @ a.T) @ bb.T)
+            torch.testing.assert_close(got_lin[b], want, rtol=0, atol=1e-6)
+            a, bb, x = conv.lora_A[0][i], conv.lora_B[0][i], image[b : b + 1]  # (r, k, 3, 3), (d, r)
+            base = F.conv2d(x, conv.base.weight, conv.base.bias, padding=1)
+            want = base + scaling * F.conv2d(F.conv2d(x, a, padding=1), bb[:, :, None, None])
+            torch.testing.assert_close(got_conv[b : b + 1], want, rtol=0, atol=1e-6)
 
 
 def test_a_dit_transformer_gets_experts_and_routes_per_sample() -> None:

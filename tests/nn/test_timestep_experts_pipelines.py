@@ -36,7 +36,8 @@ def _randomise(layers: Any, seed: int = 0) -> None:
 # ------------------------------------------------------------------------------------------------ the maths by hand
 def test_assembled_linear_is_core_plus_gated_context_experts_by_hand() -> None:
     """Check y = W x + s (B_c A_c x + Σ_j G_j(x, t) B_j A_j x) with G_j = x·F_j + f_j + ε_j(t), each sample through its
-    own interval's experts: every context gate routed by its own column, ε read at t (not T − 1 − t)."""
+    own interval's experts: every context gate routed by its own column, ε read at t (not T − 1 − t). s = α / r is
+    written out (α = 4, r = 2: 2.0), not read from the layer, so that a wrong scaling cannot cancel."""
     torch.manual_seed(0)
     layer = TimestepExpertsLinear(nn.Linear(6, 5), scales=(4, 2, 1), rank=2, alpha=4.0)
     _randomise([layer])
@@ -51,16 +52,17 @@ def test_assembled_linear_is_core_plus_gated_context_experts_by_hand() -> None:
         for j, n in enumerate(layer.scales):
             i = int(t[b]) * n // 1000
             update = x[b] @ layer.lora_A[j][i].T @ layer.lora_B[j][i].T  # (3, 5)
-            expected[b] += layer.scaling * (update if j == 0 else gates[:, j - 1 : j] * update)
+            expected[b] += 2.0 * (update if j == 0 else gates[:, j - 1 : j] * update)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize(("stride", "padding"), [(2, 1), (1, 0), (2, 0)])
 def test_assembled_conv_gates_at_the_output_resolution(stride: int, padding: int) -> None:
     """Check a strided / unpadded convolution in the assemble stage: it runs, and equals core + pooled gates × context
-    computed by hand (gates from the input averaged over each output pixel's region, adaptive average pooling)."""
+    computed by hand (gates from the input averaged over each output pixel's region, adaptive average pooling), with
+    the scaling α / r = 1 / 2 written out."""
     torch.manual_seed(1)
-    layer = TimestepExpertsConv2d(nn.Conv2d(3, 4, 3, stride=stride, padding=padding), scales=(2, 1), rank=2)
+    layer = TimestepExpertsConv2d(nn.Conv2d(3, 4, 3, stride=stride, padding=padding), scales=(2, 1), rank=2, alpha=1.0)
     _randomise([layer])
     layer.set_stage("assemble")
     t = torch.tensor([100.0, 900.5])  # float timesteps: the time gate reads floor(t)
@@ -81,7 +83,7 @@ def test_assembled_conv_gates_at_the_output_resolution(stride: int, padding: int
             i = int(rows[b]) * n // 1000
             h = conv(layer.lora_A[j][i])[b]  # (r, H', W')
             update = torch.einsum("rhw,dr->dhw", h, layer.lora_B[j][i])
-            out[b] += layer.scaling * (update if j == 0 else gate[b, 0] * update)
+            out[b] += 0.5 * (update if j == 0 else gate[b, 0] * update)
     assert got.shape == out.shape
     torch.testing.assert_close(got, out, rtol=1e-5, atol=1e-6)
 

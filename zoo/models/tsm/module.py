@@ -14,7 +14,7 @@ from zoo.nn.timestep_experts import _TimestepExperts, inject_timestep_experts
 
 __all__ = ["TSMDiffusion", "eval_grid"]
 
-Mode = Literal["pretrain", "lora", "tsm"]
+Mode = Literal["pretrain", "lora", "full", "tsm"]
 
 
 def eval_grid(num_timesteps: int = 1000, points: int = 20) -> Tensor:
@@ -24,11 +24,14 @@ def eval_grid(num_timesteps: int = 1000, points: int = 20) -> Tensor:
 
 
 class TSMDiffusion(ZooModule):
-    """An ε-prediction diffusion model (a diffusers ``UNet2DModel`` and ``DDPMScheduler``) in one of three modes.
+    """An ε-prediction diffusion model (a diffusers ``UNet2DModel`` and ``DDPMScheduler``) in one of four modes.
 
     * ``"pretrain"``: every UNet weight trains (the source-domain model).
     * ``"lora"``: the UNet is frozen and one peft LoRA of rank ``rank`` (``peft.inject_adapter_in_model``) trains on
-      every timestep: the baseline.
+      every timestep: the baseline. With ``lora_time_scale`` each layer's update is also multiplied by a learned
+      scale per timestep (:mod:`zoo.nn.timestep_scale`): one LoRA whose strength depends on t.
+    * ``"full"``: the UNet is frozen except the ``target_modules`` themselves, which train in full (full fine-tuning
+      of the layers the adapters would adapt).
     * ``"tsm"``: the UNet is frozen and every target layer gets LoRA timestep experts at ``scales``
       (:mod:`zoo.nn.timestep_experts`). ``set_phase`` picks what trains: one scale's experts with timesteps drawn in
       ``t_range`` (fostering), or the router with timesteps over [0, T) (assembling). The
@@ -39,7 +42,7 @@ class TSMDiffusion(ZooModule):
     timestep bucket (``{stage}/mse_bucket{k}``, ``buckets`` equal intervals), so arms compare on the same noise.
 
     Args:
-        mode: ``"pretrain"``, ``"lora"`` or ``"tsm"``.
+        mode: ``"pretrain"``, ``"lora"``, ``"full"`` or ``"tsm"``.
         base: a hub entry name or folder of a pretrained ``TSMDiffusion`` whose UNet weights start this one (None:
             random initialisation, for pretraining).
         in_channels: image channels.
@@ -52,6 +55,7 @@ class TSMDiffusion(ZooModule):
         target_modules: adapted layers (peft's suffix matching).
         rank: LoRA rank of every expert (and of the LoRA baseline).
         alpha: LoRA α (None: ``rank``, scaling 1).
+        lora_time_scale: mode ``"lora"`` only: multiply each layer's LoRA update by a learned scale per timestep.
         scales: TSM interval counts, finest first.
         gate_activation: TSM router output activation (``"none"``, as the paper's equations).
         lr: learning rate of the trained weights (experts, LoRA or UNet).
@@ -84,6 +88,7 @@ class TSMDiffusion(ZooModule):
         target_modules: Sequence[str] = ("to_q", "to_k", "to_v", "to_out.0", "conv1", "conv2"),
         rank: int = 4,
         alpha: float | None = None,
+        lora_time_scale: bool = False,
         scales: Sequence[int] = (4, 2, 1),
         gate_activation: str = "none",
         lr: float = 1e-3,
@@ -94,8 +99,10 @@ class TSMDiffusion(ZooModule):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        if mode not in ("pretrain", "lora", "tsm"):
-            raise ValueError(f"mode must be 'pretrain', 'lora' or 'tsm', got {mode!r}")
+        if mode not in ("pretrain", "lora", "full", "tsm"):
+            raise ValueError(f"mode must be 'pretrain', 'lora', 'full' or 'tsm', got {mode!r}")
+        if lora_time_scale and mode != "lora":
+            raise ValueError(f"lora_time_scale=True scales a LoRA's update: it needs mode='lora', got mode={mode!r}")
         self.save_hyperparameters()
         self.unet = UNet2DModel(
             sample_size=sample_size,
@@ -117,6 +124,14 @@ class TSMDiffusion(ZooModule):
             self.unet.requires_grad_(False)
             config = LoraConfig(r=rank, lora_alpha=alpha or rank, target_modules=list(target_modules))
             self.unet = inject_adapter_in_model(config, self.unet)  # UNet2DModel has no add_adapter of its own
+            if lora_time_scale:
+                from zoo.nn.timestep_scale import add_timestep_scale
+
+                add_timestep_scale(self.unet, num_train_timesteps)
+        elif mode == "full":
+            self.unet.requires_grad_(False)
+            for name in _matching_layers(self.unet, target_modules):
+                self.unet.get_submodule(name).requires_grad_(True)
         elif mode == "tsm":
             self.unet.requires_grad_(False)  # the experts wrap only the targets: freeze the rest of the UNet too
             self.experts = inject_timestep_experts(
@@ -192,13 +207,40 @@ class TSMDiffusion(ZooModule):
             raise ValueError(f"expected images (B, {', '.join(map(str, expected))}), got {tuple(x.shape)}")
         if t is None:
             t = torch.full((len(x),), hp.num_train_timesteps // 2, device=x.device)
-        t = torch.as_tensor(t, device=x.device).reshape(-1).expand(len(x))
-        if int(t.min()) < 0 or int(t.max()) >= hp.num_train_timesteps:
+        t = torch.as_tensor(t, device=x.device).reshape(-1)
+        if len(t) not in (1, len(x)):
+            raise ValueError(f"got {len(t)} timesteps for a batch of {len(x)} images: pass one, or one per image")
+        t = t.expand(len(x))
+        # One host read for both checks. x is a noisy image (it may exceed [-1, 1]), so only finiteness is checked.
+        low, high, finite = torch.stack([t.min().double(), t.max().double(), torch.isfinite(x).all().double()]).tolist()
+        if not finite:
+            raise ValueError("images x contain NaN or inf")
+        if int(low) < 0 or int(high) >= hp.num_train_timesteps:
             raise ValueError(f"timesteps must lie in [0, {hp.num_train_timesteps}), got {t.tolist()[:8]}")
         return self.denoiser(x, t).sample
 
     def loss(self, x0: Tensor, t: Tensor, noise: Tensor) -> Tensor:
-        """Per-sample ε-prediction MSE ``(B,)``."""
+        """Per-sample ε-prediction MSE ``(B,)`` of clean images ``x0`` in [−1, 1] at timesteps ``t`` (one, or one per
+        image) with noise ``noise``. Training and evaluation reach their checks through here."""
+        if not x0.is_floating_point():
+            raise ValueError(
+                f"clean images x0 must be floating point in [-1, 1], got {x0.dtype}: rescale 0..255 pixels with "
+                "x0.float() / 127.5 - 1"
+            )
+        t = torch.as_tensor(t, device=x0.device)
+        if t.numel() not in (1, len(x0)):
+            raise ValueError(f"got {t.numel()} timesteps for a batch of {len(x0)} images: pass one, or one per image")
+        # One host read: x0's range (NaN and inf propagate through min / max) and the noise's finiteness.
+        low, high, noise_max = torch.stack([x0.min().float(), x0.max().float(), noise.abs().max().float()]).tolist()
+        if not abs(low) < float("inf") or not abs(high) < float("inf"):  # False for NaN as for inf
+            raise ValueError("clean images x0 contain NaN or inf")
+        if not noise_max < float("inf"):
+            raise ValueError("noise contains NaN or inf")
+        if low < -1 - 1e-3 or high > 1 + 1e-3:  # a little slack for float rounding of rescaled pixels
+            raise ValueError(
+                f"clean images x0 must lie in [-1, 1], got {low:g}…{high:g}: rescale 0..255 pixels with "
+                "x0 / 127.5 - 1 (0..1 ones with 2 * x0 - 1)"
+            )
         x_t = self.scheduler.add_noise(x0, noise, t)
         return ((self(x_t, t) - noise) ** 2).flatten(1).mean(1)
 
@@ -227,7 +269,9 @@ class TSMDiffusion(ZooModule):
         x0 = batch[0] if isinstance(batch, (tuple, list)) else batch
         lo, hi = self.t_range
         t = torch.randint(lo, hi, (len(x0),), device=x0.device)
-        loss = self.loss(x0, t, torch.randn_like(x0)).mean()
+        # Float noise even for integer pixels, so that loss refuses them with its own message (randn_like cannot).
+        noise = torch.randn_like(x0, dtype=x0.dtype if x0.is_floating_point() else torch.float32)
+        loss = self.loss(x0, t, noise).mean()
         self.log_train({"train/loss": loss}, batch_idx)
         return loss
 
@@ -289,6 +333,19 @@ class TSMDiffusion(ZooModule):
             + " `model.sample(n)` draws images in [-1, 1] by 50-step DDIM; test/mse is the denoising MSE on the fixed "
             "20-timestep grid with seeded noise."
         )
+
+
+def _matching_layers(model: nn.Module, target_modules: Sequence[str]) -> list[str]:
+    """The Linear / Conv2d modules whose names end with one of ``target_modules`` (peft's rule); each target must
+    match one."""
+    names = [name for name, m in model.named_modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
+    out = []
+    for target in target_modules:
+        matches = [n for n in names if n == target or n.endswith("." + target)]
+        if not matches:
+            raise ValueError(f"target module {target!r} matches no Linear or Conv2d of the UNet")
+        out += matches
+    return out
 
 
 def _base_unet_state(base: str) -> dict[str, Tensor]:
