@@ -82,11 +82,51 @@ def test_timestep_scale_refuses_a_model_without_lora_or_timestep() -> None:
         TSMDiffusion(mode="tsm", lora_time_scale=True)
 
 
+def test_timestep_scale_on_a_conv_lora_and_in_a_deep_copy() -> None:
+    """A 3×3 conv LoRA's update (peft: A a 3×3 conv, B a 1×1 conv) is scaled per sample, and a deep copy (an EMA)
+    uses its own scales: zeroing the copy's scale at t removes the copy's update there and leaves the original's."""
+    import copy
+
+    from peft import LoraConfig, inject_adapter_in_model
+
+    class TinyConv(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(2, 3, 3, padding=1)
+
+        def forward(self, sample: Tensor, timestep: Tensor) -> Tensor:
+            return self.conv(sample)
+
+    torch.manual_seed(0)
+    model = inject_adapter_in_model(LoraConfig(r=2, lora_alpha=4, target_modules=["conv"]), TinyConv())
+    scale = add_timestep_scale(model, num_timesteps=10)["conv"]
+    layer = model.conv
+    with torch.no_grad():
+        layer.lora_B["default"].weight.normal_()
+        scale.weight[4] = 3.0
+    x, t = torch.randn(2, 2, 5, 5), torch.tensor([4, 0])
+    base = nn.functional.conv2d(x, layer.base_layer.weight, layer.base_layer.bias, padding=1)
+    low_rank = nn.functional.conv2d(x, layer.lora_A["default"].weight, padding=1)
+    update = 2.0 * nn.functional.conv2d(low_rank, layer.lora_B["default"].weight)  # α / r = 4 / 2
+    torch.testing.assert_close(
+        model(x, t), base + torch.tensor([3.0, 1.0]).view(2, 1, 1, 1) * update, atol=1e-5, rtol=0
+    )
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        twin.conv.lora_B["default"].time_scale.weight[4] = 0.0
+    torch.testing.assert_close(twin(x, t)[0], base[0], atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        model(x, t), base + torch.tensor([3.0, 1.0]).view(2, 1, 1, 1) * update, atol=1e-5, rtol=0
+    )
+    state = model.state_dict()
+    assert "conv.lora_B.default.time_scale.weight" in state and "conv.lora_B.default.weight" in state
+
+
 def test_lora_time_scale_module_trains_the_scale_with_the_lora() -> None:
     model = TSMDiffusion(mode="lora", lora_time_scale=True)
     trained = [n for n, p in model.named_parameters() if p.requires_grad]
     assert trained and all(".lora_" in n for n in trained)
-    assert sum(n.endswith("lora_time_scale.weight") for n in trained) == sum(
+    assert sum(n.endswith("time_scale.weight") for n in trained) == sum(
         n.endswith("lora_B.default.weight") for n in trained
     )
 
@@ -112,6 +152,25 @@ def test_gaussian_denoiser_is_the_wiener_formula() -> None:
     a, b = abar.sqrt()[:, None], (1 - abar).sqrt()[:, None]
     expected = (b * (x.flatten(1) - a * mu) / (a**2 * sigma2 + b**2)).view_as(x)
     torch.testing.assert_close(model(x, t), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_gaussian_denoiser_fit_solves_the_wiener_system_in_float64() -> None:
+    """On images with an anisotropic covariance the fitted denoiser equals b (a² Σ + b² I)⁻¹ (x_t − a μ), solved
+    directly in float64 from the images' own mean and covariance (no eigenbasis)."""
+    g = torch.Generator().manual_seed(0)
+    basis = torch.linalg.qr(torch.randn(64, 64, generator=g, dtype=torch.float64))[0]
+    spread = torch.linspace(0.01, 0.6, 64, dtype=torch.float64)
+    images = (torch.randn(500, 64, generator=g, dtype=torch.float64) * spread) @ basis.T + 0.1
+    model = GaussianDenoiser(mode="pretrain").fit_images(images.float().view(-1, 1, 8, 8))
+    mu, sigma = images.mean(0), torch.cov(images.float().double().T)
+    x, t = torch.randn(3, 1, 8, 8, generator=g), torch.tensor([5, 300, 990])
+    abar = model.scheduler.alphas_cumprod[t].double()
+    expected = []
+    for i in range(3):
+        a, b = abar[i].sqrt(), (1 - abar[i]).sqrt()
+        system = a**2 * sigma + b**2 * torch.eye(64, dtype=torch.float64)
+        expected.append(b * torch.linalg.solve(system, x[i].flatten().double() - a * mu))
+    torch.testing.assert_close(model(x, t).flatten(1).double(), torch.stack(expected), atol=2e-4, rtol=1e-3)
 
 
 def test_gaussian_denoiser_of_one_image_recovers_the_noise_exactly() -> None:
@@ -184,6 +243,25 @@ def test_sample_quality_is_zero_for_the_reference_and_grows_with_a_shift() -> No
     assert quality(-reference)["fd"] > quality((reference + 0.1).clamp(-1, 1))["fd"]
 
 
+def test_sample_quality_is_the_frechet_distance_of_the_classifier_features_by_hand() -> None:
+    """FD = |μ₁ − μ₂|² + tr(Σ₁ + Σ₂ − 2 (Σ₁ Σ₂)^½) of the classifier's features of [−1, 1] images (scipy's sqrtm)."""
+    import numpy as np
+    from scipy import linalg
+
+    from zoo.models.tsm.quality import SampleQuality
+
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.rand(200, 1, 8, 8, generator=g) * 2 - 1, torch.arange(200) % 10
+    quality = SampleQuality(x, y, x[:100], steps=20)
+    fake = (x[100:] * 0.5).clamp(-1, 1)
+    torch.testing.assert_close(quality.net((x[:5] + 1) / 2), quality.net.features(x[:5]))
+    with torch.no_grad():
+        f1, f2 = (quality.net.features(v).double().numpy() for v in (x[:100], fake))
+    m1, m2, s1, s2 = f1.mean(0), f2.mean(0), np.cov(f1, rowvar=False), np.cov(f2, rowvar=False)
+    expected = ((m1 - m2) ** 2).sum() + np.trace(s1 + s2 - 2 * linalg.sqrtm(s1 @ s2).real)
+    assert quality(fake)["fd"] == pytest.approx(expected, rel=1e-3, abs=1e-3)
+
+
 def test_reproduction_arms_on_the_fostered_experts_start_from_the_same_weights(monkeypatch: pytest.MonkeyPatch) -> None:
     """``tsm`` changes only the router, ``tsm_core_more`` only the finest scale's experts (its router stays zero, so
     it is evaluated as core only), ``tsm_core`` is the fostered state itself; TSM counts 7·S + R steps, LoRA-r4 S."""
@@ -204,8 +282,19 @@ def test_reproduction_arms_on_the_fostered_experts_start_from_the_same_weights(m
 
     monkeypatch.setattr(quality.SampleQuality, "__init__", lambda self, *a, **k: None)
     monkeypatch.setattr(quality.SampleQuality, "__call__", lambda self, samples: {"fd": 0.0})
+    monkeypatch.setattr(quality.SampleQuality, "accuracy", lambda self, images, labels: 1.0)
     arms = module.Arms(base, steps=4, router_steps=2, samples=2, sample_steps=2)
-    for arm in ("tsm_core", "tsm", "tsm_core_more", "lora_r4", "lora_r4_long"):
+    phases: dict[str, list[str]] = {}
+    original_test = record
+
+    def record_with_phase(model: TSMDiffusion, dm: DomainShiftDataModule) -> dict[str, float]:
+        phases[current[-1]] = sorted({layer.stage for layer in model.experts.values()})
+        return original_test(model, dm)
+
+    monkeypatch.setattr(module, "test_mse", record_with_phase)
+    every = ("tsm_core", "tsm", "tsm_core_more", "tsm_const_gates", "tsm_core_matched", "tsm_uniform", "lora_r4",
+             "lora_r4_long", "lora_r28", "lora_tscale", "full_ft", "tsm_card", "tsm_card_core")  # fmt: skip
+    for arm in every:
         current.append(arm)
         arms(arm, seed=0)
     fostered, routed, core = states["tsm_core"], states["tsm"], states["tsm_core_more"]
@@ -220,3 +309,12 @@ def test_reproduction_arms_on_the_fostered_experts_start_from_the_same_weights(m
         arms.static["tsm/steps"] == arms.static["tsm_core_more/steps"] == arms.static["lora_r4_long/steps"] == 7 * 4 + 2
     )
     assert arms.static["lora_r4/steps"] == 4 and arms.static["tsm_core/steps"] == 7 * 4
+    for arm in ("lora_r28", "lora_tscale", "full_ft", "tsm_const_gates"):
+        assert arms.static[f"{arm}/steps"] == 7 * 4 + 2, arm
+    assert arms.static["tsm_core_matched/steps"] == 4 * ((7 * 4 + 2) // 4)
+    assert arms.static["tsm_card/steps"] == 3 * 4 + 2 and arms.static["tsm_card_core/steps"] == 3 * 4
+    assert all(phases[arm] == ["assemble"] for arm in phases if arm.startswith("tsm")), phases  # core only = assembled
+    const = changed(states["tsm_const_gates"])
+    assert const and all(k.endswith(".router.bias") for k in const)  # one learned constant per context scale
+    matched = {k for k, v in states["tsm_core_matched"].items() if "lora_" in k and v.any() and "lora_B" in k}
+    assert matched and all(k.endswith("lora_B.0") for k in matched)  # only the core experts trained

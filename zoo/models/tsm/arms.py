@@ -140,6 +140,8 @@ class Arms:
         self.base, self.steps, self.router_steps = base, steps, router_steps
         self.samples, self.sample_steps = samples, sample_steps
         self.total = sum(SCALES) * steps + router_steps  # the paper's recipe: 7·S + R
+        self.fostered: dict[tuple[int, str], tuple[dict[str, Tensor], float]] = {}
+        self.static: dict[str, float] = {}
         self.dm = DomainShiftDataModule("target", batch_size=64, seed=0)
         self.dm.setup("fit")
         source = DomainShiftDataModule("source", batch_size=64, seed=0)
@@ -149,8 +151,10 @@ class Arms:
         x, y = self.dm.train_set.tensors[:2]
         sx, sy = source.train_set.tensors[:2]
         self.quality = SampleQuality(torch.cat([x, -sx]), torch.cat([y, sy]), self.dm.val_set.tensors[0])
-        self.fostered: dict[tuple[int, str], tuple[dict[str, Tensor], float]] = {}
-        self.static: dict[str, float] = {}
+        self.static["quality/classifier_accuracy"] = self.quality.accuracy(*self.dm.val_set.tensors[:2])
+        # The floor of the Fréchet distance at this sample size: real target training images against the held-out.
+        self.static["quality/real_fd"] = self.quality(x[:samples])["fd"]
+
 
     def _fresh(self, seed: int, mode: str, cls: type[TSMDiffusion] = TSMDiffusion, **kwargs: Any) -> TSMDiffusion:
         from lightning import seed_everything
@@ -163,6 +167,8 @@ class Arms:
     def _foster(self, seed: int, budget: str) -> TSMDiffusion:
         """The seed's fostered experts (stage 1, router still zero) for ``budget`` ``"expert"`` (S steps per expert)
         or ``"scale"`` (S steps per scale), trained on first use and then reloaded."""
+        from lightning import seed_everything
+
         from zoo.callbacks.timestep_experts import TimestepExpertsSchedule
 
         model = self._fresh(seed, "tsm", scales=SCALES)
@@ -171,6 +177,7 @@ class Arms:
             per_expert = self.steps if budget == "expert" else None
             schedule = TimestepExpertsSchedule(self.steps, router_steps=0, steps_per_expert=per_expert)
             start = time.perf_counter()
+            seed_everything(seed, verbose=False)  # after building: every arm's training draws from the same stream
             trainer(schedule.total_steps(SCALES, 1000), [schedule]).fit(model, self.dm)
             self.fostered[key] = ({k: v.clone() for k, v in model.state_dict().items()}, time.perf_counter() - start)
         else:
@@ -180,24 +187,22 @@ class Arms:
 
     def _assemble(self, model: TSMDiffusion, seed: int) -> float:
         """Stage 2: the experts frozen, the router trained for ``router_steps`` steps; returns the seconds."""
-        from lightning import seed_everything
-
         from zoo.callbacks.timestep_experts import TimestepExpertsSchedule
+
+        schedule = TimestepExpertsSchedule(router_steps=self.router_steps, scales=[])
+        return self._train(model, self.router_steps, seed, [schedule])
+
+    def _train(self, model: TSMDiffusion, steps: int, seed: int, callbacks: list | None = None) -> float:
+        """Train ``steps`` steps, reseeded first: models of different sizes consume different amounts of the random
+        stream when built, and the batches, timesteps and noise of every arm of a seed must be the same."""
+        from lightning import seed_everything
 
         seed_everything(seed, verbose=False)
         start = time.perf_counter()
-        schedule = TimestepExpertsSchedule(router_steps=self.router_steps, scales=[])
-        trainer(self.router_steps, [schedule]).fit(model, self.dm)
-        return time.perf_counter() - start
-
-    def _train(self, model: TSMDiffusion, steps: int) -> float:
-        start = time.perf_counter()
-        trainer(steps).fit(model, self.dm)
+        trainer(steps, callbacks).fit(model, self.dm)
         return time.perf_counter() - start
 
     def __call__(self, arm: str, seed: int) -> dict[str, float]:
-        from lightning import seed_everything
-
         extra: dict[str, float] = {}
         S, R = self.steps, self.router_steps
         card_total = len(SCALES) * S + R
@@ -212,11 +217,11 @@ class Arms:
             rank = 28 if arm == "lora_r28" else 4
             model = self._fresh(seed, "lora", rank=rank, lora_time_scale=arm == "lora_tscale")
             steps = S if arm == "lora_r4" else self.total
-            seconds = self._train(model, steps)
+            seconds = self._train(model, steps, seed)
             trained = [p for n, p in model.unet.named_parameters() if "lora" in n]
         elif arm == "full_ft":
             model, steps = self._fresh(seed, "full"), self.total
-            seconds = self._train(model, steps)
+            seconds = self._train(model, steps, seed)
             trained = [p for p in model.unet.parameters() if p.requires_grad]
         elif arm in ("tsm_core", "tsm_uniform", "tsm_card_core"):
             budget = "scale" if arm == "tsm_card_core" else "expert"
@@ -226,16 +231,35 @@ class Arms:
             trained = [p for layer in model.experts.values() for p in layer.expert_parameters()]
             if arm == "tsm_uniform":
                 uniform_gates(model)
-        elif arm in ("tsm", "tsm_card", "tsm_core_more"):
+        elif arm == "tsm_core_matched":  # only the core experts, each trained (7·S + R) / 4 steps: TSM's compute
+            from zoo.callbacks.timestep_experts import TimestepExpertsSchedule
+
+            model = self._fresh(seed, "tsm", scales=SCALES)
+            per_expert = self.total // SCALES[0]
+            schedule = TimestepExpertsSchedule(router_steps=0, scales=[0], steps_per_expert=per_expert)
+            steps = schedule.total_steps(SCALES, 1000)
+            seconds = self._train(model, steps, seed, [schedule])
+            trained = [p for layer in model.experts.values() for p in (layer.lora_A[0], layer.lora_B[0])]
+        elif arm in ("tsm", "tsm_card", "tsm_core_more", "tsm_const_gates"):
             budget = "scale" if arm == "tsm_card" else "expert"
             model = self._foster(seed, budget)
             steps = card_total if budget == "scale" else self.total
             if arm == "tsm_core_more":  # the router's steps spent on the core experts: each sample through its own
-                seed_everything(seed, verbose=False)  # the same batches, timesteps and noise as stage 2
-                model.set_phase("foster", scale=0)
-                seconds = self._train(model, R)
+                model.set_phase(
+                    "foster", scale=0
+                )  # interval's expert, the same batches, timesteps and noise as stage 2
+                seconds = self._train(model, R, seed)
                 model.set_phase("assemble")  # zero router: exactly the core experts alone
                 trained = [p for layer in model.experts.values() for p in layer.expert_parameters()]
+            elif arm == "tsm_const_gates":  # a router without inputs: one learned gate per context scale and layer
+                model.set_phase("assemble")
+                for layer in model.experts.values():  # F's bias is that constant; F's weight and ε(t) stay zero
+                    layer.router.weight.requires_grad_(False)
+                    layer.time_gate.weight.requires_grad_(False)
+                seconds = self._train(model, R, seed)
+                trained = [p for layer in model.experts.values() for p in layer.expert_parameters()]
+                trained += [layer.router.bias for layer in model.experts.values()]
+                extra["mean_abs_gate"] = mean_abs_gate(model.eval(), self.dm.val_set.tensors[0])
             else:
                 seconds = self._assemble(model, seed)
                 trained = [p for layer in model.experts.values() for p in layer.expert_parameters()]
