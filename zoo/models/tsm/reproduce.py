@@ -13,11 +13,13 @@ compare at each budget in turn (:mod:`zoo.models.tsm.arms` for how each is built
 * baselines: **LoRA-r4** (``lora_r4``, S steps: the same rank, as many steps as one expert), **LoRA-r28**
   (``lora_r28``, as many stored parameters as the 7 experts, 7·S + R steps), **full fine-tuning** of the same layers
   (``full_ft``, 7·S + R steps);
-* ablations: **core only** (``tsm_core``: one LoRA per finest interval, no context experts, no router),
-  **core + R steps** (``tsm_core_more``: the router's steps spent on the core experts, compute-matched), **no router**
-  (``tsm_uniform``: the mean of the active experts, every gate fixed);
-* alternatives: **LoRA-r4 at TSM's steps** (``lora_r4_long``: same rank, same total compute), **LoRA with a timestep
-  scale** (``lora_tscale``: one LoRA whose update is multiplied by a learned scale per timestep, 7·S + R steps);
+* ablations: **core only** (``tsm_core``: the fostered core experts, one LoRA per finest interval, no context
+  experts, no router), **core + R steps** (``tsm_core_more``: the router's steps spent on the core experts instead),
+  **constant gates** (``tsm_const_gates``: a router without inputs, one learned gate per context scale and layer),
+  **fixed gates** (``tsm_uniform``: the mean of the active experts, nothing trained);
+* alternatives: **core only at TSM's steps** (``tsm_core_matched``: only the core experts, (7·S + R) / 4 steps each),
+  **LoRA-r4 at TSM's steps** (``lora_r4_long``: same rank, same total compute), **LoRA with a timestep scale**
+  (``lora_tscale``: one LoRA whose update is multiplied by a learned scale per timestep, 7·S + R steps);
 * the card's budget (full run only): **TSM at S per scale** (``tsm_card``, each scale-4 expert S / 4 steps: every
   timestep region gets as many samples as one LoRA gives it; 3·S + R) and its core (``tsm_card_core``);
 * non-learned references: the unadapted **source** model, the source model on the **negated** image
