@@ -145,19 +145,26 @@ def test_frozen_lm_is_not_in_the_weights_and_round_trips(toy, tmp_path):
     assert not any(k.startswith("frozen_lm.") for k in keys) and any(k.startswith("encoder.") for k in keys)
     from zoo import hub
 
-    toy.calibrate(torch.randn(100))
+    eval_len = toy.hparams.eval_len
+    toy.calibrate(torch.randint(2, 98, (100, eval_len), generator=torch.Generator().manual_seed(0)))
+    assert toy.null_scores.shape == (eval_len, 512) and not bool(toy.null_scores.isnan().any())
     hub.write_entry(toy, tmp_path / "wm", zoo_meta={"name": "e2e-wm"}, card_text="# test\n")
     back = E2EWatermark.from_pretrained(str(tmp_path / "wm"))
-    assert torch.equal(back.null_scores, toy.null_scores)
-    ids = torch.randint(2, 98, (3, 10))
+    assert torch.equal(back.null_scores, toy.null_scores)  # the per-length null travels with the weights
+    ids, lengths = torch.randint(2, 98, (3, 10)), torch.tensor([10, 4, 1])
     assert torch.allclose(back.score(ids), toy.score(ids))
+    scores = toy.score(ids, lengths)
+    assert torch.allclose(back.score(ids, lengths), scores)
+    assert torch.equal(back.p_value(scores, lengths), toy.p_value(scores, lengths))
 
 
 def test_detection_errors(toy):
     fresh = E2EWatermark(lm="e2e-wm-lm")
     with pytest.raises(RuntimeError, match="calibrate"):
         fresh.detect(["w00a w01b"])
-    fresh.calibrate(torch.randn(64))
+    with pytest.raises(RuntimeError, match="calibrate"):
+        fresh.p_value(torch.zeros(1), torch.ones(1, dtype=torch.long))
+    fresh.calibrate(torch.randint(2, 98, (100, fresh.hparams.eval_len)))
     with pytest.raises(ValueError, match="empty"):
         fresh.detect([""])
     with pytest.raises(ValueError, match="not a SynLang word"):
@@ -166,19 +173,22 @@ def test_detection_errors(toy):
         fresh.score(torch.tensor([[5, 50257]]))
     out = fresh.detect(["w00a w01b w02c", "w05a"], fpr=0.05)
     assert out["score"].shape == (2,) and bool(((out["p_value"] > 0) & (out["p_value"] <= 1)).all())
+    assert out["length"].tolist() == [3, 1] and torch.equal(out["watermarked"], out["p_value"] <= 0.05)
 
 
 def test_a_short_fit_learns_to_detect():
     """The card's smoke test, shortened: the decoder separates watermarked from unwatermarked text in training."""
     L.seed_everything(0)
     model = E2EWatermark(lr=3e-3, semantic_from=60, noise_from=90)
-    dm = SynLangDataModule(seq_len=52, train_size=32 * 120, val_size=64, test_size=64, batch_size=32)
+    # val_size ≥ 100: calibrate needs at least 100 human texts for the null (fewer leave it uncalibrated)
+    dm = SynLangDataModule(seq_len=52, train_size=32 * 120, val_size=128, test_size=64, batch_size=32)
     trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, num_sanity_val_steps=0)  # fmt: skip
     trainer.fit(model, dm)
     assert model.train_steps == 120
     assert trainer.callback_metrics["train/decoder_accuracy"] > 0.9
     assert trainer.callback_metrics["val/auc"] > 0.9
+    assert model.null_scores.shape == (48, 512)  # one null per length up to eval_len
     assert not bool(model.null_scores.isnan().any())  # validation calibrated the p-values' null
 
 
@@ -208,11 +218,14 @@ def test_real_path_tiny_gpt2(tmp_path):
     assert model.noise_kind == "paraphrase" and not model.is_synlang
     ids = torch.randint(1, len(tok), (4, 8))
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(ids), batch_size=4)
+    val_ids = torch.randint(1, len(tok), (100, 8))  # validation calibrates the null: 100 human texts or more
+    val_loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(val_ids), batch_size=50)
     before = [p.clone() for p in model.encoder.parameters()]
     trainer = L.Trainer(max_steps=4, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, num_sanity_val_steps=0)  # fmt: skip
-    trainer.fit(model, loader, loader)
+    trainer.fit(model, loader, val_loader)
     assert "train/mgda_alpha" in trainer.callback_metrics and "val/auc" in trainer.callback_metrics
+    assert model.null_scores.shape == (5, 512) and not bool(model.null_scores.isnan().any())
     assert any(not torch.equal(a, b) for a, b in zip(before, model.encoder.parameters()))
     assert all(p.grad is None for p in hf.parameters())
     prompt = torch.tensor(tok("the cat sat on the")["input_ids"])[None]
@@ -221,7 +234,7 @@ def test_real_path_tiny_gpt2(tmp_path):
                                        pad_token_id=0)  # fmt: skip
         assert out.shape == (1, prompt.shape[1] + 6)
     out = model.detect(["the cat sat on the mat", "a dog ran"])
-    assert out["score"].shape == (2,)
+    assert out["score"].shape == (2,) and out["length"].tolist() == [6, 3]  # 6 > eval_len: the 5-token null
     with pytest.raises(ValueError, match="trained with"):
         model.logits_processor()(prompt, torch.zeros(1, len(tok) + 3))
     with pytest.raises(ValueError, match="another tokenizer"):

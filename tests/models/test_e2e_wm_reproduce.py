@@ -7,7 +7,7 @@ import torch
 
 from zoo.models.e2e_wm.generation import sample
 from zoo.models.e2e_wm.lm import GRULM
-from zoo.models.e2e_wm.reproduce import CHECKS, CLAIMS, SETTINGS, _arms, kgw_envelope
+from zoo.models.e2e_wm.reproduce import CHECKS, CLAIMS, SETTINGS, _arms, envelope
 from zoo.models.e2e_wm.watermarks import KGWWatermark
 
 
@@ -21,13 +21,13 @@ def test_every_claim_names_arms_of_both_runs() -> None:
     assert len(names) == len(set(names)) and CLAIMS
 
 
-def test_kgw_envelope_anchor_interpolation_and_clamping() -> None:
+def test_envelope_anchor_interpolation_and_clamping() -> None:
     """Check the δ = 0 anchor, piecewise-linear interpolation, the upper envelope and clamping at both ends."""
     pts = [(0.2, 0.9), (0.4, 0.8), (0.1, 0.7)]
-    assert kgw_envelope(pts, 0.0) == 0.5 and kgw_envelope(pts, -1.0) == 0.5
-    assert abs(kgw_envelope(pts, 0.05) - 0.6) < 1e-12
-    assert abs(kgw_envelope(pts, 0.3) - 0.9) < 1e-12  # the envelope: more distortion never hurts KGW
-    assert kgw_envelope(pts, 5.0) == 0.9
+    assert envelope(pts, 0.0) == 0.5 and envelope(pts, -1.0) == 0.5
+    assert abs(envelope(pts, 0.05) - 0.6) < 1e-12
+    assert abs(envelope(pts, 0.3) - 0.9) < 1e-12  # the envelope: more distortion never hurts KGW
+    assert envelope(pts, 5.0) == 0.9
 
 
 def test_sampler_kl_is_zero_without_a_watermark_and_grows_with_delta() -> None:

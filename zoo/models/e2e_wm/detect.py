@@ -1,8 +1,8 @@
 """``detect(texts)`` and ``zoo watermark detect FILE``: a score, a p-value and a decision per text, at a chosen FPR.
 
 The scheme is a zoo entry (``"e2e-wm"``: the trained decoder, with its empirical null) or a keyed baseline,
-``"kgw"`` / ``"unigram"``, whose key, γ and vocabulary are arguments (nothing depends on a secret the user cannot
-set). Texts are read in the scheme's tokenizer: the E2E entry's LM's, or ``tokenizer`` for the baselines
+``"kgw"`` / ``"unigram"`` / ``"exp"``, whose key, γ and vocabulary are arguments (nothing depends on a secret the
+user cannot set). Texts are read in the scheme's tokenizer: the E2E entry's LM's, or ``tokenizer`` for the baselines
 (``"synlang"``: SynLang words; otherwise a Hugging Face tokenizer name or folder).
 """
 
@@ -52,46 +52,74 @@ def detect(
     tokenizer: str = "synlang",
     hub: str | None = None,
 ) -> dict[str, Any]:
-    """Per text: ``score`` (decoder logit or z-score), ``p_value`` and ``watermarked`` (``p_value ≤ fpr``).
+    """Per text: ``score`` (decoder logit, z-score or EXP's score), ``p_value``, ``watermarked`` (``p_value ≤ fpr``)
+    and ``length`` (tokens scored); ``warnings`` says where the p-values cannot be read at face value.
+
+    The p-values hold at every length: KGW's and Unigram's are exact binomial tails, EXP's an exact Gamma tail, E2E's
+    empirical against human text of the same length (up to the entry's ``eval_len``; a longer text is compared with
+    the ``eval_len`` null, and a warning says so). A text too short for any p-value to reach ``fpr`` is warned of.
 
     Example:
         >>> out = detect(["w00a w03b w11c w05a w07d w02b w00c w09a"], scheme="kgw")
-        >>> sorted(out), out["watermarked"]
-        (['config', 'p_value', 'score', 'watermarked'], [False])
+        >>> sorted(out), out["watermarked"], out["length"]
+        (['config', 'length', 'p_value', 'score', 'warnings', 'watermarked'], [False], [8])
+        >>> out["warnings"]
+        ['1 text(s) shorter than 8 tokens: no kgw p-value can reach 0.01 there']
     """
+    from zoo.arguments import check_probability
+
     if isinstance(texts, str):
         texts = [texts]
     if not texts:
         raise ValueError("no texts to score")
-    if not 0 < fpr < 1:
-        raise ValueError(f"fpr must be in (0, 1), got {fpr}")
-    if scheme in ("kgw", "unigram"):
-        from zoo.models.e2e_wm.watermarks import KGWWatermark, UnigramWatermark
+    check_probability("fpr", fpr, open_low=True, open_high=True)
+    warnings: list[str] = []
+    if scheme in ("kgw", "unigram", "exp"):
+        from zoo.models.e2e_wm.watermarks import EXPWatermark, KGWWatermark, UnigramWatermark
 
+        check_probability("gamma", gamma, open_low=True, open_high=True)
         ids, lengths, vocab = _baseline_ids(texts, tokenizer)
-        wm = (KGWWatermark if scheme == "kgw" else UnigramWatermark)(vocab, gamma=gamma, key=key)
-        if scheme == "kgw" and int(lengths.min()) < 2:
-            raise ValueError("KGW scores each token against its predecessor: every text needs two tokens or more")
+        if scheme == "exp":
+            wm = EXPWatermark(vocab, key=key)
+        else:
+            wm = (KGWWatermark if scheme == "kgw" else UnigramWatermark)(vocab, gamma=gamma, key=key)
+        if scheme != "unigram" and int(lengths.min()) < 2:
+            raise ValueError(f"{scheme} scores each token against its predecessor: every text needs two tokens or more")
         scores = wm.score(ids, lengths)
-        p, config = wm.p_value(scores), wm.config()
+        p, config = wm.p_value(scores, lengths), wm.config()
+        if scheme != "exp":  # the smallest p-value of n tokens is γⁿ (all green)
+            n = wm.counted(lengths).double()
+            short = int((gamma**n > fpr).sum())
+            if short:
+                need = int(torch.ceil(torch.tensor(fpr).log() / torch.tensor(gamma).log())) + (scheme == "kgw")
+                warnings.append(f"{short} text(s) shorter than {need} tokens: no {scheme} p-value can reach {fpr:g} there")
     else:
         import zoo
 
         model = zoo.load(scheme, hub=hub)
         if not hasattr(model, "detect"):
-            raise ValueError(f"{scheme!r} is not a watermark; choose e2e-wm, kgw or unigram")
+            raise ValueError(f"{scheme!r} is not a watermark; choose e2e-wm, kgw, unigram or exp")
         out = model.detect(texts, fpr)
-        scores, p, config = out["score"], out["p_value"], {"scheme": scheme, "lm": model.hparams.lm}
-    return {"score": scores.tolist(), "p_value": p.tolist(), "watermarked": (p <= fpr).tolist(), "config": config}
+        scores, p, lengths = out["score"], out["p_value"], out["length"]
+        config = {"scheme": scheme, "lm": model.hparams.lm}
+        longest = len(model.null_scores)
+        long = int((lengths > longest).sum())
+        if long:
+            warnings.append(f"{long} text(s) longer than the {longest} tokens the null was calibrated at: their "
+                            f"p-values use the {longest}-token null")  # fmt: skip
+    return {"score": scores.tolist(), "p_value": p.tolist(), "watermarked": (p <= fpr).tolist(),
+            "length": lengths.tolist(), "warnings": warnings, "config": config}  # fmt: skip
 
 
 def report(path: str | Path, **kwargs: Any) -> str:
-    """One line per text (score, p-value, decision), then the share flagged, as ``zoo watermark detect`` prints."""
+    """One line per text (length, score, p-value, decision), the warnings, then the share flagged, as
+    ``zoo watermark detect`` prints."""
     texts = read_texts(path)
     out = detect(texts, **kwargs)
     fpr = kwargs.get("fpr", 0.01)
-    lines = [f"# {json.dumps(out['config'])}; decision: p-value ≤ {fpr:g}", "text\tscore\tp_value\twatermarked"]
-    lines += [f"{i}\t{s:.4f}\t{p:.3g}\t{int(w)}" for i, (s, p, w) in
-              enumerate(zip(out["score"], out["p_value"], out["watermarked"]))]  # fmt: skip
+    lines = [f"# {json.dumps(out['config'])}; decision: p-value ≤ {fpr:g}", "text\ttokens\tscore\tp_value\twatermarked"]
+    lines += [f"{i}\t{n}\t{s:.4f}\t{p:.3g}\t{int(w)}" for i, (n, s, p, w) in
+              enumerate(zip(out["length"], out["score"], out["p_value"], out["watermarked"]))]  # fmt: skip
+    lines += [f"# warning: {w}" for w in out["warnings"]]
     lines.append(f"# {sum(out['watermarked'])} of {len(texts)} texts flagged as watermarked")
     return "\n".join(lines)

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -48,20 +48,33 @@ def differentiable_generate(
     hard_weight: float = 0.5,
     temperature: float = 1.0,
     rng: torch.Generator | None = None,
+    context: Literal["hard", "soft"] = "hard",
 ) -> Tensor:
     """``n_new`` mixture vectors ``(B, n_new, V)`` after equal-length prompts ``(B, P, d)``.
 
-    The LM runs under ``no_grad`` (the card: no gradient flows back through the autoregressive chain); the encoder
-    ``perturb`` sees the last ``window − 1`` input embeddings (hard prompt rows, then the mixtures times the table)
-    and is the only path from its parameters to each mixture. ``perturb=None`` is the unwatermarked branch.
+    The LM runs under ``no_grad`` (the card: no gradient flows back through the autoregressive chain) and the encoder
+    ``perturb`` sees the last ``window − 1`` tokens. ``context="hard"`` (the official ``llm_forward``) embeds the tokens
+    kept, the argmax of each mixture, without gradient: the encoder's parameters reach step t's mixture only through
+    step t's own perturbation, and training sees the context :class:`E2ELogitsProcessor` sees at inference.
+    ``context="soft"`` feeds the mixtures times the table with their gradients (a zoo variant: earlier steps'
+    perturbations then also reach step t through its context). ``perturb=None`` is the unwatermarked branch.
+
+    Example:
+        >>> from zoo.models.e2e_wm.lm import GRULM
+        >>> lm = GRULM(20, 8, 16).eval()
+        >>> enc = lambda logits, ctx: logits + ctx.sum((1, 2))[:, None]  # any (logits, context) -> logits
+        >>> differentiable_generate(lm, lm.embedding[torch.zeros(2, 3, dtype=torch.long)], 5, enc, window=3).shape
+        torch.Size([2, 5, 20])
     """
+    if context not in ("hard", "soft"):
+        raise ValueError(f"context must be 'hard' (the official code's) or 'soft', got {context!r}")
     E = generator.embedding
     if perturb is not None and prompt_embeds.shape[1] < window - 1:
         raise ValueError(f"prompts of {prompt_embeds.shape[1]} tokens are shorter than the encoder's context "
                          f"({window - 1} tokens)")  # fmt: skip
     with torch.no_grad():
         logits, state = generator.begin(prompt_embeds)
-    recent = list(prompt_embeds[:, -(window - 1) :].unbind(1)) if window > 1 else []
+    recent = list(prompt_embeds[:, -(window - 1) :].detach().unbind(1)) if window > 1 else []
     mixes = []
     for _ in range(n_new):
         if perturb is not None:
@@ -71,7 +84,7 @@ def differentiable_generate(
         mixes.append(m)
         emb = m.to(E.dtype) @ E
         if window > 1:
-            recent = recent[1:] + [emb]
+            recent = recent[1:] + [E[m.detach().argmax(-1)] if context == "hard" else emb]
         with torch.no_grad():
             logits, state = generator.step(emb, state)
     return torch.stack(mixes, 1)
@@ -103,7 +116,8 @@ def sample(
             scores = proc(ids, scores)
         log_q = (scores / temperature).log_softmax(-1)
         if return_kl:
-            kl += (log_q.exp() * (log_q - (logits.float() / temperature).log_softmax(-1))).sum(-1)
+            q, log_p = log_q.exp(), (logits.float() / temperature).log_softmax(-1)
+            kl += torch.where(q > 0, q * (log_q - log_p), 0.0).sum(-1)  # 0·log 0 = 0 (a processor may mask tokens)
         probs = log_q.exp()
         nxt = torch.multinomial(probs.cpu() if rng is not None else probs, 1, generator=rng).to(ids.device)
         ids = torch.cat([ids, nxt], 1)

@@ -9,6 +9,7 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import BinaryAUROC, BinaryROC
 
+from zoo.arguments import check_choice, check_probability, check_range
 from zoo.datamodules.synlang import SynLang
 from zoo.models.e2e_wm.generation import (
     differentiable_generate,
@@ -19,7 +20,7 @@ from zoo.models.e2e_wm.generation import (
 )
 from zoo.models.e2e_wm.lm import _module, load_generator
 from zoo.models.e2e_wm.metrics import tpr_at_fpr
-from zoo.models.e2e_wm.mgda import mgda_two_task
+from zoo.models.e2e_wm.mgda import mgda_combine
 from zoo.models.e2e_wm.nets import PerturbationEncoder, WatermarkDecoder
 from zoo.models.e2e_wm.watermarks import E2ELogitsProcessor
 from zoo.module import ZooModule
@@ -48,7 +49,8 @@ class E2EWatermark(ZooModule):
     Validation and test sample ``eval_len`` tokens after each prompt with the encoder as a logits processor, score them
     and the human continuation with the decoder, and log ``{val,test}/auc`` and ``tpr@1%`` (torchmetrics) and
     ``delta_nll`` (exact NLL on SynLang, the frozen LM's otherwise, of watermarked minus unwatermarked samples).
-    Validation also keeps 512 quantiles of the decoder's scores on human text: the null of :meth:`detect`'s p-values.
+    Validation also keeps, per text length up to ``eval_len``, 512 quantiles of the decoder's scores on the human
+    text's prefixes of that length: the null of :meth:`detect`'s p-values.
 
     Args:
         lm: the frozen LM: a zoo LM entry (``"e2e-wm-lm"``) or a Hugging Face causal LM name or folder.
@@ -65,6 +67,14 @@ class E2EWatermark(ZooModule):
         synonym_prob: the swap mask's Bernoulli p.
         paraphrase_len: tokens the online paraphrase generates.
         train_encoder: ``False`` leaves the encoder at initialisation (the stand-in: only the decoder learns).
+        encoder_context: what the encoder sees of the tokens generated in training: ``"hard"`` (default, the official
+            ``llm_forward``) the kept tokens' embeddings without gradient, as at inference; ``"soft"`` the Gumbel
+            mixtures times the table with their gradients (a zoo variant; earlier steps' perturbations then reach
+            later steps through the context).
+
+    Lightning's ``max_steps`` counts optimiser steps, and every batch takes two (the encoder's Adam and the
+    decoder's): ``max_steps=2 * n`` trains ``n`` batches. The stage switches (``semantic_from``, ``noise_from``) count
+    batches.
 
     Example:
         >>> model = E2EWatermark(lm="e2e-wm-lm")
@@ -102,9 +112,19 @@ class E2EWatermark(ZooModule):
         synonym_prob: float = 0.5,
         paraphrase_len: int = 32,
         train_encoder: bool = True,
+        encoder_context: Literal["hard", "soft"] = "hard",
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
+        check_choice("noise", noise, ("auto", "synonym", "paraphrase", "none"))
+        check_choice("encoder_context", encoder_context, ("hard", "soft"))
+        for name in ("noise_prob", "synonym_prob", "hard_weight"):
+            check_probability(name, getattr(self.hparams, name))
+        for name in ("delta", "gumbel_tau", "temperature", "lr"):
+            check_range(name, getattr(self.hparams, name), low=0, low_open=True)
+        for name in ("prompt_len", "gen_len", "eval_len", "paraphrase_len"):
+            check_range(name, getattr(self.hparams, name), low=1, integer=True)
+        check_range("mgda_cap", mgda_cap, 0, 1, optional=True)
         if prompt_len < window - 1:
             raise ValueError(f"prompt_len={prompt_len} must be ≥ window − 1 = {window - 1} (the encoder's context)")
         self.generator, self.codec = load_generator(lm)
@@ -118,7 +138,10 @@ class E2EWatermark(ZooModule):
         dim = self.generator.embedding.shape[1]
         self.encoder = PerturbationEncoder(dim, window, top_k, delta, mapper_hidden, mapper_layers, sharpness)
         self.decoder = WatermarkDecoder(dim, decoder_hidden, decoder_layers)
-        self.register_buffer("null_scores", torch.full((512,), float("nan")))
+        # The null of the p-values, per text length: row l − 1 holds 512 quantiles of the decoder's scores on the
+        # first l tokens of human text (a decoder's scores drift with length: one null for all lengths flagged 8 %
+        # of 4-token human texts at a nominal 1 %).
+        self.register_buffer("null_scores", torch.full((eval_len, 512), float("nan")))
         if self.is_synlang:
             self.register_buffer("membership", self.codec.membership(), persistent=False)
             self.register_buffer("synonyms", self.codec.synonym_average(), persistent=False)
@@ -172,35 +195,71 @@ class E2EWatermark(ZooModule):
         procs = processors if processors is not None else ([self.logits_processor()] if watermark else [])
         return sample(self.generator, prompts, n_new, procs, self.hparams.temperature, rng)
 
-    def score(self, ids: Tensor, lengths: Tensor | None = None) -> Tensor:
-        """The decoder's watermark logits ``(B,)`` for token ids ``(B, L)`` (no BOS, as in training)."""
+    def _embed(self, ids: Tensor, lengths: Tensor | None) -> Tensor:
         vocab = self.generator.embedding.shape[0]
         if ids.dtype != torch.long or ids.dim() != 2:
             raise ValueError(f"ids must be (B, L) torch.long token ids, got {ids.dtype} {tuple(ids.shape)}")
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
+        if ids.shape[0] == 0 or ids.shape[1] == 0:
+            raise ValueError(f"ids of shape {tuple(ids.shape)} hold no text: nothing to score")
+        if int(ids.min()) < 0 or int(ids.max()) >= vocab:
             raise ValueError(f"token ids must be in [0, {vocab}) of the detector's LM vocabulary, got "
                              f"{int(ids.min())}…{int(ids.max())}: ids of another tokenizer?")  # fmt: skip
-        return self.decoder(self.generator.embedding[ids], lengths)
+        if lengths is not None:
+            if lengths.shape != ids.shape[:1]:
+                raise ValueError(f"lengths must be ({len(ids)},), one per row of ids, got {tuple(lengths.shape)}")
+            if int(lengths.min()) < 1 or int(lengths.max()) > ids.shape[1]:
+                raise ValueError(f"lengths must be in [1, {ids.shape[1]}] (the ids' width), got "
+                                 f"{int(lengths.min())}…{int(lengths.max())}")  # fmt: skip
+        return self.generator.embedding[ids]
 
-    def calibrate(self, human_scores: Tensor) -> None:
-        """Keep 512 quantiles of the decoder's scores on human text as the null of :meth:`p_value`."""
-        q = torch.linspace(0, 1, len(self.null_scores), device=human_scores.device)
-        self.null_scores.copy_(torch.quantile(human_scores.float().flatten(), q))
+    def score(self, ids: Tensor, lengths: Tensor | None = None) -> Tensor:
+        """The decoder's watermark logits ``(B,)`` for token ids ``(B, L)`` (no BOS, as in training), right-padded to
+        ``lengths`` if given."""
+        return self.decoder(self._embed(ids, lengths), lengths)
 
-    def p_value(self, scores: Tensor) -> Tensor:
-        """Empirical one-sided p-value of decoder scores against the calibrated human-text null."""
+    def prefix_scores(self, ids: Tensor) -> Tensor:
+        """``(B, L)``: column l − 1 is the decoder's score of each row's first l tokens (one LSTM pass)."""
+        return self.decoder.prefix_scores(self._embed(ids, None))
+
+    @torch.no_grad()
+    def calibrate(self, human_ids: Tensor) -> None:
+        """Set the null of :meth:`p_value` from human text ``(B, L)`` (token ids, ``L ≥ eval_len``): per length l ≤
+        ``eval_len``, 512 quantiles of the decoder's scores on the texts' first l tokens. A few hundred texts give
+        an FPR within about a point of the nominal 1 % (``zoo reproduce e2e-wm`` measures it on fresh text)."""
+        if not isinstance(human_ids, Tensor) or human_ids.dtype != torch.long:
+            got = human_ids.dtype if isinstance(human_ids, Tensor) else type(human_ids).__name__
+            raise ValueError(f"calibrate takes human text as (B, L) torch.long token ids (it scores every prefix "
+                             f"length), got {got}")  # fmt: skip
+        n = len(self.null_scores)
+        if human_ids.dim() != 2 or human_ids.shape[1] < n or len(human_ids) < 100:
+            raise ValueError(f"calibrate needs at least 100 human texts of at least eval_len = {n} tokens, got "
+                             f"shape {tuple(human_ids.shape)}")  # fmt: skip
+        scores = self.prefix_scores(human_ids[:, :n].to(self.device)).float()
+        if not bool(torch.isfinite(scores).all()):
+            raise ValueError("the decoder's scores on the human text are not finite: the null would be meaningless")
+        q = torch.linspace(0, 1, self.null_scores.shape[1], device=scores.device)
+        self.null_scores.copy_(torch.quantile(scores, q, dim=0).T)
+
+    def p_value(self, scores: Tensor, lengths: Tensor) -> Tensor:
+        """Empirical one-sided p-value of decoder ``scores`` ``(B,)`` of texts of ``lengths`` tokens against the
+        human-text null at the same length (texts longer than ``eval_len``: the null at ``eval_len``)."""
         if bool(self.null_scores.isnan().any()):
             raise RuntimeError("no null calibrated: fit the model (validation calibrates it) or call calibrate()")
+        if not bool(torch.isfinite(scores).all()):
+            raise ValueError("scores contain NaN or inf")
         null = self.null_scores.to(scores.device)
-        return (1 + (null[None] >= scores[:, None]).sum(-1)) / (1 + len(null))
+        rows = null[(lengths.to(scores.device).clamp(1, len(null)) - 1).long()]
+        return (1 + (rows >= scores[:, None]).sum(-1)) / (1 + null.shape[1])
 
     @torch.no_grad()
     def detect(self, texts: list[str], fpr: float = 0.01) -> dict[str, Tensor]:
-        """``score``, ``p_value`` and ``watermarked`` (p ≤ ``fpr``) per text."""
+        """``score``, ``p_value``, ``watermarked`` (p ≤ ``fpr``) and ``length`` (tokens) per text. The p-values hold
+        at each length up to ``eval_len``; longer texts are compared with the ``eval_len`` null."""
+        check_probability("fpr", fpr, open_low=True, open_high=True)
         ids, lengths = self.encode(texts)
         scores = self.score(ids, lengths)
-        p = self.p_value(scores)
-        return {"score": scores, "p_value": p, "watermarked": p <= fpr}
+        p = self.p_value(scores, lengths)
+        return {"score": scores, "p_value": p, "watermarked": p <= fpr, "length": lengths}
 
     def forward(self, ids: Tensor | tuple[Tensor, ...] | list[Tensor]) -> Tensor:
         """Watermark logits of token ids ``(B, L)``; a ``(tokens,)`` batch is accepted."""
@@ -227,7 +286,8 @@ class E2EWatermark(ZooModule):
 
     def _branches(self, prompts: Tensor) -> tuple[Tensor, Tensor]:
         hp, E = self.hparams, self.generator.embedding
-        kw = {"window": hp.window, "tau": hp.gumbel_tau, "hard_weight": hp.hard_weight, "temperature": hp.temperature}
+        kw = {"window": hp.window, "tau": hp.gumbel_tau, "hard_weight": hp.hard_weight, "temperature": hp.temperature,
+              "context": hp.encoder_context}  # fmt: skip
         perturb = lambda logits, ctx: self.encoder(logits, ctx, E)
         x_w = differentiable_generate(self.generator, E[prompts], hp.gen_len, perturb, **kw)
         with torch.no_grad():
@@ -255,8 +315,7 @@ class E2EWatermark(ZooModule):
             g_d = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in params])
             g_s = torch.cat([(g if g is not None else torch.zeros_like(p)).flatten() for p, g in
                              zip(params, torch.autograd.grad(loss_s, params, allow_unused=True))])  # fmt: skip
-            alpha = mgda_two_task(g_d, g_s, hp.mgda_cap)
-            combined = alpha * g_d + (1 - alpha) * g_s
+            combined, alpha = mgda_combine(g_d, g_s, hp.mgda_cap)
             offset = 0
             for p in params:
                 p.grad = combined[offset : offset + p.numel()].view_as(p).clone()
@@ -304,7 +363,7 @@ class E2EWatermark(ZooModule):
         self.eval_metrics[f"{stage}_roc"].update(scores, target)
         self.eval_metrics[f"{stage}_dnll"].update(self._nll(wm) - self._nll(plain))
         if stage == "val":
-            self._null.append(neg)
+            self._null.append(human)
 
     def _nll(self, ids: Tensor) -> Tensor:
         """Per-text mean NLL of the generated part: exact on SynLang, under the frozen LM otherwise."""
@@ -329,7 +388,10 @@ class E2EWatermark(ZooModule):
     def on_validation_epoch_end(self) -> None:
         self._log_eval("val")
         if self._null and not self.trainer.sanity_checking:
-            self.calibrate(self.all_gather(torch.cat(self._null)).flatten())
+            human = self.all_gather(torch.cat(self._null))
+            human = human.flatten(0, -2) if human.dim() > 2 else human
+            if human.shape[1] >= len(self.null_scores) and len(human) >= 100:
+                self.calibrate(human)
         self._null = []
 
     def test_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> None:

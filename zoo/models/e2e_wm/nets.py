@@ -86,8 +86,11 @@ class WatermarkDecoder(nn.Module):
 
     Example:
         >>> dec = WatermarkDecoder(dim=8, hidden=16)
-        >>> dec(torch.randn(3, 10, 8), torch.tensor([10, 4, 7])).shape
-        torch.Size([3])
+        >>> x = torch.randn(3, 10, 8)
+        >>> dec(x, torch.tensor([10, 4, 7])).shape, dec.prefix_scores(x).shape
+        (torch.Size([3]), torch.Size([3, 10]))
+        >>> torch.allclose(dec.prefix_scores(x)[1, 3], dec(x, torch.tensor([10, 4, 7]))[1], atol=1e-6)
+        True
     """
 
     def __init__(self, dim: int, hidden: int = 32, layers: int = 1) -> None:
@@ -107,3 +110,8 @@ class WatermarkDecoder(nn.Module):
             _, (h, _) = self.lstm(packed)
             last = h[-1]
         return self.head(last).squeeze(-1)
+
+    def prefix_scores(self, embeds: Tensor) -> Tensor:
+        """``(B, L)`` logits: column l − 1 scores each text's first l tokens (a causal LSTM: one pass serves all)."""
+        out, _ = self.lstm(embeds)
+        return self.head(out).squeeze(-1)

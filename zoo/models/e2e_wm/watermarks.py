@@ -1,12 +1,14 @@
 """Watermarks as Hugging Face ``LogitsProcessor``s, each with its detector: the learned E2E one, KGW and Unigram.
 
 Every class here is a ``transformers.LogitsProcessor`` (``model.generate(..., logits_processor=[wm])`` works with
-each) and has ``score(ids, lengths) -> (B,)``, higher = more likely watermarked, and ``p_value(scores)``. KGW and
-Unigram are keyed: the key is an argument and recorded in ``config()``; their scores are z-scores of the green-token
-count. E2E has no key: its detector is the trained decoder, its p-value an empirical one against the decoder's scores
-on human text kept with the weights.
+each) and has ``score(ids, lengths) -> (B,)``, higher = more likely watermarked, and ``p_value(scores, lengths)``.
+KGW, Unigram and EXP are keyed: the key is an argument and recorded in ``config()``. KGW's and Unigram's scores are
+z-scores of the green-token count, their p-values the exact binomial tail of that count (the normal approximation
+flags 6 % of 4-token texts at a nominal 1 %); EXP's score is Aaronson's sum of −log(1 − r), its p-value the exact
+Gamma tail. E2E has no key: its detector is the trained decoder, its p-value an empirical one against the decoder's
+scores on human text of the same length, kept with the weights.
 
-KGW and Unigram are written here (about 40 lines each, as the card suggests) rather than taken from ``markllm``,
+KGW, Unigram and EXP are written here (about 40 lines each, as the card suggests) rather than taken from ``markllm``,
 which loads Hugging Face models at construction and cannot run offline.
 """
 
@@ -19,7 +21,7 @@ import torch
 from torch import Tensor
 from transformers import LogitsProcessor
 
-__all__ = ["E2ELogitsProcessor", "KGWWatermark", "UnigramWatermark", "green_lists"]
+__all__ = ["E2ELogitsProcessor", "EXPWatermark", "KGWWatermark", "UnigramWatermark", "green_lists", "keyed_uniforms"]
 
 _M = (1 << 31) - 1
 
@@ -40,6 +42,13 @@ def green_lists(key: int, prev: Tensor, vocab_size: int, gamma: float) -> Tensor
     h = _mix(_mix(prev.long()[:, None] * 1_000_003 + key) + tokens[None, :])
     rank = h.argsort(-1).argsort(-1)
     return rank < round(gamma * vocab_size)
+
+
+def keyed_uniforms(key: int, prev: Tensor, vocab_size: int) -> Tensor:
+    """``(B, V)`` pseudo-uniforms in (0, 1) seeded by the key and the previous token ``prev`` ``(B,)`` (EXP's r)."""
+    tokens = torch.arange(vocab_size, device=prev.device)
+    h = _mix(_mix(prev.long()[:, None] * 1_000_003 + key) + tokens[None, :] + 7_919)
+    return (h.double() + 0.5) / (_M + 1)
 
 
 def _z(green: Tensor, counted: Tensor, gamma: float) -> Tensor:
@@ -77,9 +86,20 @@ class _Keyed(LogitsProcessor):
             raise ValueError(f"token id {int(ids.max())} ≥ the watermark's vocabulary {self.vocab_size}: "
                              "ids of another tokenizer?")  # fmt: skip
 
-    def p_value(self, scores: Tensor) -> Tensor:
-        """One-sided p-value of z-scores under no watermark (normal approximation)."""
-        return _normal_sf(scores)
+    def counted(self, lengths: Tensor) -> Tensor:
+        """Tokens scored in texts of ``lengths`` tokens (KGW: all but the first, which has no predecessor)."""
+        return lengths
+
+    def p_value(self, scores: Tensor, lengths: Tensor) -> Tensor:
+        """Exact one-sided p-value ``P(Binomial(n, γ) ≥ green count)`` of z-scores of texts of ``lengths`` tokens
+        under no watermark (each scored token green with probability γ; repeated contexts are counted again, as in
+        KGW's and MarkLLM's detectors)."""
+        from scipy.stats import binom
+
+        n = self.counted(lengths.to(scores.device)).clamp_min(1).double()
+        green = (scores.double() * (n * self.gamma * (1 - self.gamma)).sqrt() + self.gamma * n).round()
+        p = binom.sf(green.cpu().numpy() - 1, n.cpu().numpy(), self.gamma)
+        return torch.as_tensor(p, dtype=torch.float32, device=scores.device)
 
 
 class KGWWatermark(_Keyed):
@@ -98,6 +118,9 @@ class KGWWatermark(_Keyed):
         self._check(input_ids, scores)
         green = green_lists(self.key, input_ids[:, -1], self.vocab_size, self.gamma)
         return scores + self.delta * green.to(scores.dtype)
+
+    def counted(self, lengths: Tensor) -> Tensor:
+        return lengths - 1
 
     def score(self, ids: Tensor, lengths: Tensor | None = None) -> Tensor:
         """z-score of the green count over tokens 2… (each scored against its predecessor's list)."""
@@ -130,6 +153,68 @@ class UnigramWatermark(_Keyed):
         """z-score of the green count over every token."""
         self._check(ids)
         return _z(self.green(ids.device)[ids], _mask(ids, lengths), self.gamma)
+
+
+class EXPWatermark(_Keyed):
+    """EXP (Aaronson, 2023): distortion-free Gumbel-max sampling, ``x_t = argmax_i log(r_i) / p_i`` with keyed
+    uniforms ``r`` seeded by the previous token. Over keys each token is drawn from ``p`` exactly (no distortion).
+
+    A context (previous token) already used earlier in the text is not watermarked again: the step samples ``p``
+    plainly, and the detector skips it (with a one-token context, Gumbel-max alone falls into loops such as
+    ``a b a b …`` once a context recurs, and repeated contexts would break the null). Detection sums
+    ``S = Σ −log(1 − r_{x_t})`` over the n tokens with a fresh context, which is Gamma(n, 1) without the watermark;
+    ``score`` is ``−log P(Gamma(n, 1) ≥ S)`` (comparable across lengths) and ``p_value`` its exact p-value.
+
+    As a ``LogitsProcessor`` it leaves only the chosen token finite (any sampler then picks it). It applies the
+    sampling temperature itself (``temperature``): Gumbel-max must see the distribution the user means to sample.
+
+    Example:
+        >>> wm = EXPWatermark(vocab_size=50, key=1)
+        >>> ids = torch.randint(0, 50, (4, 1))
+        >>> for _ in range(40):
+        ...     ids = torch.cat([ids, torch.multinomial(wm(ids, torch.randn(4, 50)).softmax(-1), 1)], 1)
+        >>> bool((wm.p_value(wm.score(ids), torch.full((4,), 41)) < 1e-4).all())
+        True
+    """
+
+    def __init__(self, vocab_size: int, key: int = 15485863, temperature: float = 1.0) -> None:
+        super().__init__(vocab_size, gamma=0.5, delta=0.0, key=key)
+        self.temperature = temperature
+
+    def config(self) -> dict[str, Any]:
+        return {"scheme": "EXPWatermark", "vocab_size": self.vocab_size, "key": self.key,
+                "temperature": self.temperature}  # fmt: skip
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        self._check(input_ids, scores)
+        p = (scores.double() / self.temperature).softmax(-1)
+        r = keyed_uniforms(self.key, input_ids[:, -1], self.vocab_size)
+        chosen = (r.log() / p).argmax(-1, keepdim=True)  # argmax r^(1/p): exactly a draw from p over keys
+        marked = torch.full_like(scores, float("-inf")).scatter(-1, chosen, 0.0)
+        repeated = (input_ids[:, :-1] == input_ids[:, -1:]).any(-1, keepdim=True)
+        return torch.where(repeated, scores, marked)
+
+    def scored(self, ids: Tensor, lengths: Tensor | None = None) -> Tensor:
+        """``(B, L − 1)``: token i + 1 is scored when its context, token i, is within the text and occurs nowhere
+        before position i."""
+        eq = ids[:, :-1, None] == ids[:, None, :-1]
+        seen = (eq & torch.ones_like(eq[0]).tril(-1)).any(-1)
+        return _mask(ids, lengths)[:, 1:] & ~seen
+
+    def score(self, ids: Tensor, lengths: Tensor | None = None) -> Tensor:
+        """``−log`` of the exact p-value of Aaronson's sum over the tokens with a fresh context."""
+        self._check(ids)
+        counted = self.scored(ids, lengths)
+        b, length = ids.shape
+        r = keyed_uniforms(self.key, ids[:, :-1].reshape(-1), self.vocab_size).view(b, length - 1, -1)
+        total = (-(-r.gather(-1, ids[:, 1:, None])[..., 0]).log1p() * counted).sum(-1)
+        n = counted.sum(-1).double()
+        p = torch.where(n > 0, torch.special.gammaincc(n.clamp_min(1), total), torch.ones_like(total))
+        return (-p.clamp_min(1e-300).log()).float()
+
+    def p_value(self, scores: Tensor, lengths: Tensor | None = None) -> Tensor:
+        """The exact p-value ``P(Gamma(n, 1) ≥ S)`` (``lengths`` unused: the score already accounts for n)."""
+        return (-scores.double()).exp().float()
 
 
 class E2ELogitsProcessor(LogitsProcessor):
