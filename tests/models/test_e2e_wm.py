@@ -196,7 +196,7 @@ def _tiny_hf(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-    words = ["the", "a", "cat", "dog", "sat", "ran", "on", "mat", "log", "sentence", "means", "in", "one", "word", "rewrite", "following", "text", "maintaining", "original", "meaning", "now", "start", "above", "user", "target", "rewritten", "this", ":", '"', ".", ",", "[", "]", "jockey", "riding", "horse", "equestrian"]
+    words = ["the", "a", "cat", "dog", "sat", "ran", "on", "mat", "log", "sentence", "means", "in", "one", "word", "rewrite", "following", "text", "maintaining", "original", "meaning", "now", "start", "above", "user", "target", "rewritten", "this", ":", '"', ".", ",", "[", "]", "jockey", "riding", "horse", "equestrian"]  # fmt: skip
     vocab = {"<unk>": 0, **{w: i + 1 for i, w in enumerate(dict.fromkeys(words))}}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()])

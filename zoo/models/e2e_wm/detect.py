@@ -92,7 +92,9 @@ def detect(
             short = int((gamma**n > fpr).sum())
             if short:
                 need = int(torch.ceil(torch.tensor(fpr).log() / torch.tensor(gamma).log())) + (scheme == "kgw")
-                warnings.append(f"{short} text(s) shorter than {need} tokens: no {scheme} p-value can reach {fpr:g} there")
+                warnings.append(
+                    f"{short} text(s) shorter than {need} tokens: no {scheme} p-value can reach {fpr:g} there"
+                )
     else:
         import zoo
 

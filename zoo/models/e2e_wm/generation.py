@@ -12,13 +12,24 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-__all__ = ["differentiable_generate", "gumbel_mix", "online_paraphrase", "online_semantic", "sample", "soft_synonym_swap"]
+__all__ = [
+    "differentiable_generate",
+    "gumbel_mix",
+    "online_paraphrase",
+    "online_semantic",
+    "sample",
+    "soft_synonym_swap",
+]
 
 Perturb = Callable[[Tensor, Tensor], Tensor]  # (logits (B, V), context embeddings (B, w − 1, d)) -> logits
 
 
 def gumbel_mix(
-    logits: Tensor, tau: float, hard_weight: float = 0.5, temperature: float = 1.0, generator: torch.Generator | None = None
+    logits: Tensor,
+    tau: float,
+    hard_weight: float = 0.5,
+    temperature: float = 1.0,
+    generator: torch.Generator | None = None,
 ) -> Tensor:
     """``hard_weight·onehot(argmax y) + (1 − hard_weight)·y``, ``y = GumbelSoftmax(log_softmax(logits/T), τ)``.
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import BinaryAUROC, BinaryROC
@@ -392,6 +393,11 @@ class E2EWatermark(ZooModule):
             human = human.flatten(0, -2) if human.dim() > 2 else human
             if human.shape[1] >= len(self.null_scores) and len(human) >= 100:
                 self.calibrate(human)
+            else:
+                rank_zero_warn(
+                    f"validation had {len(human)} human texts of {human.shape[1]} tokens; calibrate needs "
+                    f"≥ 100 of ≥ eval_len = {len(self.null_scores)}: the p-values' null is not updated"
+                )
         self._null = []
 
     def test_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> None:

@@ -65,6 +65,9 @@ def _mask(ids: Tensor, lengths: Tensor | None) -> Tensor:
         raise ValueError(f"ids must be (B, L) token ids, got shape {tuple(ids.shape)}")
     if lengths is None:
         return torch.ones_like(ids, dtype=torch.bool)
+    if lengths.shape != ids.shape[:1] or int(lengths.min()) < 1 or int(lengths.max()) > ids.shape[1]:
+        raise ValueError(f"lengths must be ({len(ids)},) values in [1, {ids.shape[1]}] (the ids' width), got "
+                         f"shape {tuple(lengths.shape)}, {int(lengths.min())}…{int(lengths.max())}")  # fmt: skip
     return torch.arange(ids.shape[1], device=ids.device)[None] < lengths.to(ids.device)[:, None]
 
 
@@ -82,9 +85,13 @@ class _Keyed(LogitsProcessor):
     def _check(self, ids: Tensor, scores: Tensor | None = None) -> None:
         if scores is not None and scores.shape[-1] != self.vocab_size:
             raise ValueError(f"scores have {scores.shape[-1]} tokens, the watermark {self.vocab_size}: another LM?")
-        if ids.numel() and int(ids.max()) >= self.vocab_size:
-            raise ValueError(f"token id {int(ids.max())} ≥ the watermark's vocabulary {self.vocab_size}: "
-                             "ids of another tokenizer?")  # fmt: skip
+        if ids.dim() != 2 or 0 in ids.shape:
+            raise ValueError(
+                f"ids must be (B, L) token ids holding text, got shape {tuple(ids.shape)}: nothing to score"
+            )
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.vocab_size):
+            raise ValueError(f"token ids must be in [0, {self.vocab_size}) of the watermark's vocabulary, got "
+                             f"{int(ids.min())}…{int(ids.max())}: ids of another tokenizer?")  # fmt: skip
 
     def counted(self, lengths: Tensor) -> Tensor:
         """Tokens scored in texts of ``lengths`` tokens (KGW: all but the first, which has no predecessor)."""
