@@ -38,3 +38,15 @@ def test_sampler_kl_is_zero_without_a_watermark_and_grows_with_delta() -> None:
     kls = [float(sample(lm, prompts, 10, [KGWWatermark(30, delta=d)] if d else [], 1.0,
                         torch.Generator().manual_seed(0), return_kl=True)[1].mean()) for d in (0, 1, 3)]  # fmt: skip
     assert abs(kls[0]) < 1e-6 and 0 < kls[1] < kls[2]
+
+
+def test_sampler_never_emits_suppressed_tokens() -> None:
+    """Check that suppressed ids (SynLang's PAD and BOS) are never sampled, even when the LM all but insists on them,
+    and that the distortion of plain sampling stays 0 (p is the LM's distribution over the other tokens)."""
+    lm = GRULM(10, 8, 16).eval()
+    with torch.no_grad():
+        lm.head.bias[:2] += 20.0  # PAD and BOS then hold all but e^-20 of the mass
+    prompts = torch.full((50, 2), 3)
+    ids, kl = sample(lm, prompts, 20, [], 1.0, torch.Generator().manual_seed(0), return_kl=True, suppress=(0, 1))
+    assert bool((ids[:, 2:] >= 2).all()) and float(kl.abs().max()) < 1e-6
+    assert bool((sample(lm, prompts, 20, [], 1.0, torch.Generator().manual_seed(0))[:, 2:] < 2).any())  # unsuppressed

@@ -110,19 +110,25 @@ def sample(
     temperature: float = 1.0,
     rng: torch.Generator | None = None,
     return_kl: bool = False,
+    suppress: Sequence[int] = (),
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Ancestral sampling of ``n_new`` tokens after ``prompts`` ``(B, P)``: ``(B, P + n_new)`` ids.
 
     ``processors`` are Hugging Face ``LogitsProcessor``-style callables ``(input_ids, scores) -> scores`` applied in
     order at every step (the watermarks), then the temperature (as ``generate`` applies warpers after processors).
     With ``return_kl`` also the watermark's distortion per row ``(B,)``: the mean over steps of KL(q ‖ p) between the
-    distribution sampled (q, after the processors) and the LM's own (p), in nats.
+    distribution sampled (q, after the processors) and the LM's own (p), in nats. ``suppress``: token ids the LM
+    never emits (PAD, BOS: as Hugging Face's ``suppress_tokens``), masked before the processors; p is then the LM's
+    distribution over the other tokens.
     """
     E = generator.embedding
     logits, state = generator.begin(E[prompts])
     ids, kl = prompts, torch.zeros(len(prompts), device=prompts.device)
+    banned = torch.zeros(E.shape[0], dtype=torch.bool, device=prompts.device)
+    banned[list(suppress)] = True
     for _ in range(n_new):
-        scores = logits.float()
+        logits = logits.float().masked_fill(banned, float("-inf"))
+        scores = logits
         for proc in processors:
             scores = proc(ids, scores)
         log_q = (scores / temperature).log_softmax(-1)

@@ -11,7 +11,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import BinaryAUROC, BinaryROC
 
 from zoo.arguments import check_choice, check_probability, check_range
-from zoo.datamodules.synlang import SynLang
+from zoo.datamodules.synlang import BOS, PAD, SynLang
 from zoo.models.e2e_wm.generation import (
     differentiable_generate,
     online_paraphrase,
@@ -192,9 +192,11 @@ class E2EWatermark(ZooModule):
     def generate(self, prompts: Tensor, n_new: int, watermark: bool = True, rng: torch.Generator | None = None,
                  processors: list[Any] | None = None) -> Tensor:  # fmt: skip
         """Sample ``n_new`` tokens after ``prompts`` ``(B, P)`` (temperature ``temperature``): ``(B, P + n_new)``.
-        ``processors`` replaces the zoo's watermark (a baseline's, or ``[]`` for none)."""
+        ``processors`` replaces the zoo's watermark (a baseline's, or ``[]`` for none). On SynLang, PAD and BOS are
+        never sampled."""
         procs = processors if processors is not None else ([self.logits_processor()] if watermark else [])
-        return sample(self.generator, prompts, n_new, procs, self.hparams.temperature, rng)
+        suppress = (PAD, BOS) if self.is_synlang else ()
+        return sample(self.generator, prompts, n_new, procs, self.hparams.temperature, rng, suppress=suppress)
 
     def _embed(self, ids: Tensor, lengths: Tensor | None) -> Tensor:
         vocab = self.generator.embedding.shape[0]
