@@ -63,7 +63,7 @@ def detect(
         >>> out = detect(["w00a w03b w11c w05a w07d w02b w00c w09a"], scheme="kgw")
         >>> sorted(out), out["watermarked"], out["length"]
         (['config', 'length', 'p_value', 'score', 'warnings', 'watermarked'], [False], [8])
-        >>> out["warnings"]
+        >>> detect(["w00a w03b w11c w05a w07d"], scheme="kgw")["warnings"]  # 4 scored tokens: p ≥ 0.5⁴
         ['1 text(s) shorter than 8 tokens: no kgw p-value can reach 0.01 there']
     """
     from zoo.arguments import check_probability
