@@ -423,7 +423,8 @@ class E2EWatermark(ZooModule):
             "`test/auc` and `test/tpr@1%` separate 48-token watermarked continuations of 4-token SynLang prompts from "
             "the language's own continuations (the human text), unattacked; `test/delta_nll` is the exact NLL per "
             "token of watermarked minus unwatermarked samples of the frozen LM `e2e-wm-lm`. `zoo reproduce e2e-wm` "
-            "adds 30 % and 50 % synonym swaps, KGW and Unigram δ sweeps and the stand-ins. The paper's OPT-1.3B "
+            "adds 30 % and 50 % synonym swaps, KGW and Unigram δ sweeps, EXP (distortion-free), an LM-likelihood "
+            "detector that needs no watermark, and the ablations. The paper's OPT-1.3B "
             "training, DIPPER paraphrases and C4 evaluation are not reproduced: the same class runs them with "
             "`lm='facebook/opt-1.3b'` and the document path of `SynLangDataModule`."
         )
