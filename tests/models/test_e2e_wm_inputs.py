@@ -441,3 +441,12 @@ def test_report_prints_tokens_and_short_text_warnings(tmp_path):
         in report(f, scheme="unigram").splitlines()
     )
     assert "shorter than" not in report(f, scheme="exp")  # EXP's continuous p-value has no floor
+
+
+def test_detect_warns_when_fpr_is_below_the_smallest_e2e_p_value() -> None:
+    """Check that an fpr below 1/513 (512 null quantiles: the smallest empirical p-value) is warned of, by hand."""
+    from zoo.models.e2e_wm.detect import detect
+
+    text = ["w00a w03b w11c w05a w07d w02b w00c w09a"]
+    assert any("below the smallest E2E p-value" in w for w in detect(text, fpr=0.001)["warnings"])
+    assert not any("below the smallest" in w for w in detect(text, fpr=1 / 513)["warnings"])

@@ -74,8 +74,8 @@ class E2EWatermark(ZooModule):
             later steps through the context).
 
     Lightning's ``max_steps`` counts optimiser steps, and every batch takes two (the encoder's Adam and the
-    decoder's): ``max_steps=2 * n`` trains ``n`` batches. The stage switches (``semantic_from``, ``noise_from``) count
-    batches.
+    decoder's): ``max_steps=2 * n`` trains ``n`` batches; with ``train_encoder=False`` only the decoder steps, and
+    ``max_steps=n`` trains ``n`` batches. The stage switches (``semantic_from``, ``noise_from``) count batches.
 
     Example:
         >>> model = E2EWatermark(lm="e2e-wm-lm")

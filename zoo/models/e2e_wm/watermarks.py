@@ -4,8 +4,10 @@ Every class here is a ``transformers.LogitsProcessor`` (``model.generate(..., lo
 each) and has ``score(ids, lengths) -> (B,)``, higher = more likely watermarked, and ``p_value(scores, lengths)``.
 KGW, Unigram and EXP are keyed: the key is an argument and recorded in ``config()``. KGW's and Unigram's scores are
 z-scores of the green-token count, their p-values the exact binomial tail of that count (the normal approximation
-flags 6 % of 4-token texts at a nominal 1 %); EXP's score is Aaronson's sum of −log(1 − r), its p-value the exact
-Gamma tail. E2E has no key: its detector is the trained decoder, its p-value an empirical one against the decoder's
+flags 1.6 % of 6-token Unigram texts at a nominal 1 %); EXP's score is Aaronson's sum of −log(1 − r), its p-value
+the exact Gamma tail over keys. Both are exact for independent tokens; real text repeats tokens and contexts, which
+makes them somewhat anti-conservative for one key (on SynLang human text a nominal 1 % flags up to 6 % for one
+Unigram key). E2E has no key: its detector is the trained decoder, its p-value an empirical one against the decoder's
 scores on human text of the same length, kept with the weights.
 
 KGW, Unigram and EXP are written here (about 40 lines each, as the card suggests) rather than taken from ``markllm``,
