@@ -12,6 +12,7 @@ import torch
 from zoo.datamodules.synlang import BOS, SynLang, SynLangDataModule
 from zoo.models.e2e_wm import (
     E2EWatermark,
+    EXPWatermark,
     KGWWatermark,
     PerturbationEncoder,
     UnigramWatermark,
@@ -233,6 +234,13 @@ def test_real_path_tiny_gpt2(tmp_path):
         out = model.frozen_lm.generate(prompt, max_new_tokens=6, do_sample=True, logits_processor=[proc],
                                        pad_token_id=0)  # fmt: skip
         assert out.shape == (1, prompt.shape[1] + 6)
+    exp = EXPWatermark(len(tok), key=3)  # through HF generate: each token with a fresh context is EXP's choice
+    out = model.frozen_lm.generate(prompt, max_new_tokens=6, do_sample=True, logits_processor=[exp], pad_token_id=0)
+    with torch.no_grad():
+        for t in range(prompt.shape[1], out.shape[1]):
+            if not bool((out[0, : t - 1] == out[0, t - 1]).any()):
+                logits = model.frozen_lm(out[:, :t]).logits[:, -1]
+                assert int(exp(out[:, :t], logits).argmax()) == int(out[0, t])
     out = model.detect(["the cat sat on the mat", "a dog ran"])
     assert out["score"].shape == (2,) and out["length"].tolist() == [6, 3]  # 6 > eval_len: the 5-token null
     with pytest.raises(ValueError, match="trained with"):

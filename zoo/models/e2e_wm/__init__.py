@@ -7,6 +7,7 @@ from zoo.models.e2e_wm.module import E2EWatermark
 from zoo.models.e2e_wm.nets import PerturbationEncoder, WatermarkDecoder
 from zoo.models.e2e_wm.watermarks import (
     E2ELogitsProcessor,
+    EXPWatermark,
     KGWWatermark,
     UnigramWatermark,
 )
@@ -15,6 +16,7 @@ __all__ = [
     "GRULM",
     "E2ELogitsProcessor",
     "E2EWatermark",
+    "EXPWatermark",
     "KGWWatermark",
     "PerturbationEncoder",
     "SynLangLM",

@@ -46,13 +46,13 @@ from zoo.models.e2e_wm.generation import sample
 from zoo.models.e2e_wm.lm import load_generator
 from zoo.models.e2e_wm.metrics import detection_metrics
 from zoo.models.e2e_wm.module import E2EWatermark
+from zoo.models.e2e_wm.plots import ATTACKS, plot_reproduction
 from zoo.models.e2e_wm.watermarks import EXPWatermark, KGWWatermark, UnigramWatermark
 from zoo.reporting import arm_table, conclude, run_arms
 
 __all__ = ["CHECKS", "CLAIMS", "SETTINGS", "envelope", "run"]
 
 PROMPT, LENGTH, N_EVAL, N_NULL, BATCH = 4, 48, 500, 2000, 32
-ATTACKS = (0.0, 0.3, 0.5)
 FPR_LENGTHS = (4, 8, 12, 24, 48)  # the p-values' false-positive rate is measured on fresh human text at these lengths
 N_FRESH = 2000
 SETTINGS = {
@@ -314,41 +314,6 @@ CHECKS: tuple[Check, ...] = (
 )
 
 
-def _plot(r: Mapping[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    arms = [k[: -len("/auc_50")] for k in r if k.endswith("/auc_50") and "/seed" not in k]
-    for scheme, marker in (("kgw", "o-"), ("unigram", "s-")):
-        pts = sorted((r[f"{a}/kl"], r[f"{a}/auc_50"]) for a in arms if a.startswith(scheme))
-        axes[0].plot(*zip(*pts), marker, label=f"{scheme} (δ sweep)")
-    for a, m in (
-        ("e2e", "*"),
-        ("e2e-no-noise", "^"),
-        ("e2e-init", "v"),
-        ("e2e-soft", "P"),
-        ("exp", "D"),
-        ("none", "x"),
-    ):
-        if f"{a}/auc_50" in r:
-            axes[0].plot(r[f"{a}/kl"], r[f"{a}/auc_50"], m, markersize=12, label=a)
-    axes[0].set(
-        xlabel="distortion KL(q ‖ p) (nats/token)", ylabel="ROC-AUC at 50 % synonym swap", title="robustness vs quality"
-    )
-    axes[0].legend(fontsize=8)
-    for a in ("e2e", "e2e-no-noise", "e2e-likelihood", "exp", "kgw-d3", "unigram-d3", "none"):
-        if f"{a}/auc_0" in r:
-            axes[1].plot([100 * p for p in ATTACKS], [r[f"{a}/auc_{_tag(p)}"] for p in ATTACKS], "o-", label=a)
-    axes[1].set(xlabel="tokens swapped (%)", ylabel="ROC-AUC", title="detection under synonym swaps")
-    axes[1].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def run(quick: bool = False, out: Path | str | None = None, console: Any = "default") -> dict[str, Any]:
     """Run every arm over the seeds, evaluate the claims, print the tables; returns the flat results."""
     settings = SETTINGS["quick" if quick else "full"]
@@ -362,7 +327,7 @@ def run(quick: bool = False, out: Path | str | None = None, console: Any = "defa
     fpr = arm_table(r, ["e2e"], [f"fpr1_len{n}{v}" for n in FPR_LENGTHS for v in ("", "_one_null")],
                     "e2e-wm: share of 2,000 fresh human texts flagged at p ≤ 1 %, per length (per-length null | one "
                     "null at 48 tokens)")  # fmt: skip
-    return conclude("e2e-wm", r, CLAIMS, CHECKS, out=out, plot=_plot, tables=[table, fpr], console=console)
+    return conclude("e2e-wm", r, CLAIMS, CHECKS, out=out, plot=plot_reproduction, tables=[table, fpr], console=console)
 
 
 DIAGNOSIS_STEPS = {"full": (200, 450, 1200), "quick": (200, 450)}
